@@ -1,0 +1,59 @@
+# PyTorch Source Reading: `make lab` to read, `make test` to check. `make help` lists the rest.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+KERNEL := pytorch-source-reading
+NB ?= notebooks/*.ipynb
+STAMP := $(VENV)/.installed
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: help lab test test-lax unit execute lint bench system-deps clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
+		--display-name "Python 3 (PyTorch Source Reading)" >/dev/null
+	touch $(STAMP)
+
+system-deps: ## install what pip cannot (headless Chromium for the Netron browser test)
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  elif command -v sudo >/dev/null && command -v apt-get >/dev/null; then \
+	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "warning: no chromium and no apt-get: the Netron browser test will be skipped"; fi; }
+
+lab: $(STAMP) ## open the notebooks in JupyterLab (http://127.0.0.1:8888)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 $(ROOT_FLAG)
+
+test: $(STAMP) system-deps ## unit tests + every notebook re-executed and diffed (strict nbval)
+	$(BIN)/python -m pytest --nbval -q tests notebooks
+
+test-lax: $(STAMP) system-deps ## same, comparing only asserts (GPU machines, other torch versions)
+	$(BIN)/python -m pytest --nbval-lax -q tests notebooks
+
+unit: $(STAMP) ## unit tests only
+	$(BIN)/python -m pytest -q tests
+
+execute: $(STAMP) ## re-run notebooks in place to refresh stored outputs (NB=path to pick one)
+	for nb in $(NB); do \
+	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=$(KERNEL) $$nb || exit 1; \
+	  $(BIN)/nbstripout --keep-output $$nb; \
+	done
+
+lint: $(STAMP) ## ruff over code and notebooks
+	$(BIN)/ruff check src tests benchmarks notebooks conftest.py
+	$(BIN)/ruff format --check src tests benchmarks conftest.py
+
+bench: $(STAMP) ## run every benchmark (JSON lines on stdout)
+	for b in benchmarks/*.py; do echo "# $$b"; $(BIN)/python $$b || exit 1; done
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache
