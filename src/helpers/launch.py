@@ -64,6 +64,8 @@ _POLL_S = 0.02
 _GRACE_S = 1.0  # after a first failure: time for the other ranks' errors to arrive
 _TEARDOWN_S = 15.0  # after every rank returned: time for barrier + destroy_process_group
 _TAIL_CHARS = 4000  # how much of a failed rank's captured output goes into the error
+# Errors a rank gets only because a peer went away: reported after the peer's own failure.
+_KNOCK_ON = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "ECONNRESET")
 
 _device: torch.device | None = None  # set inside a worker
 
@@ -399,6 +401,12 @@ def _collect(procs: list[subprocess.Popen], workdir: Path, deadline: float) -> l
 def _worker_error(
     failed: list[int], results: dict[int, tuple], workdir: Path, pids: list[int]
 ) -> WorkerError:
+    # Put the cause first: a rank that lost its peer is a consequence, whoever was seen first.
+    def knock_on(rank: int) -> bool:
+        kind, *info = results[rank]
+        return kind == "error" and any(marker in info[0] for marker in _KNOCK_ON)
+
+    failed = sorted(failed, key=knock_on)  # stable: otherwise in the order they were seen
     first = failed[0]
     parts = []
     for rank in failed:

@@ -1,0 +1,89 @@
+"""Live source display: names, paths, permalinks pinned to the installed build, excerpts."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import onnxscript
+import pytest
+import torch
+
+from helpers.source import package_root, permalink, resolve, show_source, source_view
+
+
+def test_whole_function_with_permalink_to_installed_commit() -> None:
+    view = source_view(torch.compile)
+    assert view.name == "torch.compile"
+    assert view.package == "torch" and view.relpath == "torch/__init__.py"
+    lines, start = inspect.getsourcelines(torch.compile)
+    assert (view.first_line, view.last_line) == (start, start + len(lines) - 1)
+    sha = torch.version.git_version
+    assert re.fullmatch(r"[0-9a-f]{40}", sha)
+    assert view.url == (
+        f"https://github.com/pytorch/pytorch/blob/{sha}/torch/__init__.py"
+        f"#L{view.first_line}-L{view.last_line}"
+    )
+    assert view.code.startswith("def compile(")
+
+
+def test_excerpt_around_a_pattern_keeps_true_line_numbers() -> None:
+    view = source_view(torch.compile, r"return torch\._dynamo\.optimize\(", before=1, after=2)
+    assert view.excerpt and len(view.code.splitlines()) == 4
+    file_lines = open(inspect.getsourcefile(torch.compile)).read().splitlines()
+    hit = view.first_line + 1  # the matched line, 1-based
+    assert "return torch._dynamo.optimize(" in file_lines[hit - 1]
+    assert view.url.endswith(f"#L{view.first_line}-L{view.last_line}")
+
+
+def test_until_pattern_and_occurrence() -> None:
+    view = source_view(torch.compile, r"^\s*if mode is not None", until=r"raise", before=0)
+    assert view.code.splitlines()[0].lstrip().startswith("if mode is not None")
+    assert "raise" in view.code.splitlines()[-1]
+    with pytest.raises(ValueError, match="occurs 0 time"):
+        source_view(torch.compile, r"this text is not in torch\.compile")
+    with pytest.raises(ValueError, match="occurrence 99 was asked for"):
+        source_view(torch.compile, r"def", occurrence=99)
+
+
+def test_dotted_names_methods_classes_and_modules() -> None:
+    assert resolve("torch._dynamo.eval_frame.OptimizedModule") is (
+        torch._dynamo.eval_frame.OptimizedModule
+    )
+    view = source_view("torch.nn.Linear.forward")
+    assert view.name == "torch.nn.modules.linear.Linear.forward"
+    assert view.relpath == "torch/nn/modules/linear.py"
+    assert source_view(torch.nn.Linear).code.startswith("class Linear(")
+    mod = source_view("torch._dynamo.eval_frame", r"^def optimize\(", before=0, after=0)
+    assert mod.name == "torch._dynamo.eval_frame" and mod.code.startswith("def optimize(")
+
+
+def test_other_packages_link_to_their_release_tag() -> None:
+    from onnxscript.function_libs.torch_lib.ops import core
+
+    view = source_view(core.aten_asinh)  # a TracedOnnxFunction wrapping a Python function
+    assert view.relpath == "onnxscript/function_libs/torch_lib/ops/core.py"
+    assert view.url.startswith(
+        f"https://github.com/microsoft/onnxscript/blob/v{onnxscript.__version__}/onnxscript/"
+    )
+
+
+def test_own_helpers_have_repo_paths_and_no_external_link() -> None:
+    view = source_view(resolve)
+    assert view.relpath == "src/helpers/source.py" and view.url is None
+    assert package_root(inspect.getsourcefile(resolve)) == ("helpers", "src/helpers/source.py")
+    assert permalink("x.py", "not-a-known-package", 1, 2) is None
+
+
+def test_code_without_python_source_says_so() -> None:
+    with pytest.raises(TypeError, match="has no Python source"):
+        source_view(torch.add)
+
+
+def test_show_source_prints_outside_jupyter(capsys: pytest.CaptureFixture[str]) -> None:
+    show_source(torch.compile, r"return torch\._dynamo\.optimize\(", before=0, after=0)
+    out = capsys.readouterr().out
+    assert out.startswith("excerpt of torch.compile  (torch/__init__.py, lines ")
+    assert "return torch._dynamo.optimize(" in out
+    md = source_view(torch.compile, r"return torch\._dynamo")._repr_markdown_()
+    assert "[permalink](https://github.com/pytorch/pytorch/blob/" in md and "```python" in md
