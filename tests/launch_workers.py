@@ -14,6 +14,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from helpers.collectives import listening_sockets
 from helpers.launch import current_device
 
 
@@ -60,33 +61,7 @@ def hang_worker(rank: int, world_size: int, bad_rank: int) -> int:
     return rank
 
 
-def _socket_inodes() -> set[str]:
-    out = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            out.add(target[8:-1])
-    return out
-
-
-def _listening(inodes: set[str]) -> list[str]:
-    """Local addresses (hex, as /proc shows them) of this process's listening TCP sockets."""
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                local, state, inode = fields[1], fields[3], fields[9]
-                if state == "0A" and inode in inodes:  # 0A = LISTEN
-                    found.append(local)
-    return found
-
-
 def sockets_worker(rank: int, world_size: int) -> list[str]:
     t = torch.ones(4)
     dist.all_reduce(t)  # make sure every transport is connected
-    return _listening(_socket_inodes())
+    return listening_sockets()

@@ -15,6 +15,7 @@ import launch_workers as w
 import pytest
 import torch
 
+from helpers.collectives import is_loopback
 from helpers.launch import LaunchTimeout, WorkerError, choose_backend, launch
 
 HERE = Path(__file__).resolve().parent
@@ -124,7 +125,9 @@ def test_a_rank_that_raises_is_named_with_its_traceback() -> None:
     _assert_no_process_left(err)
 
 
-@pytest.mark.parametrize(("how", "reason"), [("exit", "exit code 3"), ("abort", "killed by SIGABRT")])
+@pytest.mark.parametrize(
+    ("how", "reason"), [("exit", "exit code 3"), ("abort", "killed by SIGABRT")]
+)
 def test_a_rank_that_dies_is_named(how: str, reason: str) -> None:
     with pytest.raises(WorkerError) as info:
         launch(w.exit_worker, 2, args=(0, how), timeout_s=30)
@@ -153,10 +156,10 @@ def test_a_hanging_rank_times_out_naming_the_ranks() -> None:
 
 def test_nothing_listens_on_a_non_loopback_address() -> None:
     res = launch(w.sockets_worker, 2)
-    loopback = ("0100007F:", "00000000000000000000000001000000:")  # 127.0.0.1 and ::1 (hex)
+    assert any(res), "gloo should listen somewhere (on loopback)"
     for rank, addresses in enumerate(res):
         for addr in addresses:
-            assert addr.startswith(loopback), f"rank {rank} listens on {addr}"
+            assert is_loopback(addr), f"rank {rank} listens on {addr}"
 
 
 _SCRIPT = textwrap.dedent(

@@ -58,6 +58,16 @@ def test_dotted_names_methods_classes_and_modules() -> None:
     assert mod.name == "torch._dynamo.eval_frame" and mod.code.startswith("def optimize(")
 
 
+def test_decorated_functions_point_at_their_own_file() -> None:
+    import torch.distributed as dist
+
+    view = source_view(dist.init_process_group)  # wrapped by c10d_logger's decorators
+    assert view.relpath == "torch/distributed/distributed_c10d.py"
+    assert "\ndef init_process_group(" in view.code  # after its decorators
+    lines = open(inspect.getsourcefile(inspect.unwrap(dist.init_process_group))).readlines()
+    assert "def init_process_group(" in "".join(lines[view.first_line - 1 : view.last_line])
+
+
 def test_other_packages_link_to_their_release_tag() -> None:
     from onnxscript.function_libs.torch_lib.ops import core
 

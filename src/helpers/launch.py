@@ -155,10 +155,10 @@ def _check_fn(fn: Any) -> None:
     name = getattr(target, "__name__", repr(target))
     if module == "__main__":
         raise ValueError(
-            f"launch() cannot run {name!r}: it is defined in the notebook (module __main__), "
-            "and spawned workers import functions by reference, which __main__ of a kernel "
-            "does not allow. Put it in a module (for example src/helpers/<topic>.py) and "
-            "import it from there."
+            f"launch() cannot run {name!r}: it is defined in the notebook (module __main__: "
+            "a notebook's cells or the script being run), and workers are new processes that "
+            "import functions by reference, which __main__ does not allow. Put it in a module "
+            "(for example src/helpers/<topic>.py) and import it from there."
         )
     if "<lambda>" in qualname or "<locals>" in qualname:
         raise ValueError(

@@ -166,7 +166,9 @@ def source_view(
     `after` lines after it, or, with `until` (a regex), up to and including the first line after
     the match that matches `until`. A pattern that is not found raises ValueError naming it.
     """
-    target = _unwrap(obj)
+    # follow functools.wraps chains to the function the code is in: inspect.getsourcelines
+    # does, inspect.getsourcefile does not, and the path and permalink must match the lines
+    target = inspect.unwrap(_unwrap(obj))
     try:
         lines, start = inspect.getsourcelines(target)
         path = inspect.getsourcefile(target)
