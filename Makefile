@@ -41,11 +41,19 @@ test-lax: $(STAMP) system-deps ## same, comparing only asserts (GPU machines, ot
 unit: $(STAMP) ## unit tests only
 	$(BIN)/python -m pytest -q tests
 
+# nbconvert stops at a failing cell unless it is tagged raises-exception: tag the cells marked
+# for nbval first. nbstripout keeps outputs *and* counts (nbval skips cells without a count).
+TAG_RAISES := import nbformat, sys; nb = nbformat.read(sys.argv[1], 4); \
+  [c.metadata.setdefault("tags", []).append("raises-exception") for c in nb.cells \
+   if c.cell_type == "code" and "NBVAL_RAISES_EXCEPTION" in c.source \
+   and "raises-exception" not in c.metadata.get("tags", [])]; nbformat.write(nb, sys.argv[1])
+
 execute: $(STAMP) ## re-run notebooks in place to refresh stored outputs (NB=path to pick one)
 	for nb in $(NB); do \
+	  $(BIN)/python -c '$(TAG_RAISES)' $$nb && \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=$(KERNEL) $$nb || exit 1; \
-	  $(BIN)/nbstripout --keep-output $$nb; \
+	  $(BIN)/nbstripout --keep-output --keep-count $$nb; \
 	done
 
 lint: $(STAMP) ## ruff over code and notebooks
