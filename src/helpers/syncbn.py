@@ -1,0 +1,544 @@
+"""SyncBatchNorm that trains on CPU: batch statistics over the global batch via one all-reduce.
+
+Used by: notebook 07 (BatchNorm and SyncBatchNorm), the DDP training script, tests/test_syncbn.py.
+
+`nn.SyncBatchNorm` cannot train on CPU in torch 2.13 (its forward refuses CPU tensors and
+`aten::batch_norm_stats` has no CPU kernel). `CPUSyncBatchNorm` (exported as `SyncBatchNorm`)
+runs the same algorithm in plain tensor ops, so it works under gloo on CPU and, unchanged, on
+CUDA tensors under NCCL:
+
+    per channel c, on every rank:  [sum x, sum x^2, count]        # (3, C)
+    one all-reduce (SUM) over the process group                    # the only collective
+    mean = S / n,  var = SS / n - mean^2  (biased, used to normalise)
+    running_var uses the unbiased var * n / (n - 1), n = the GLOBAL count
+
+The all-reduce is `torch.distributed._functional_collectives.all_reduce`, which is
+differentiable (its backward is another SUM all-reduce), so autograd produces the exact
+gradient of the global-batch BatchNorm: no hand-written backward. Ranks may hold different
+batch sizes (even zero), because the counts are reduced with the sums. Weight and bias
+gradients stay local per rank (summing them over ranks, as DDP's all-reduce does up to its
+averaging, gives the single-process gradient).
+
+Without an initialised process group, with world size 1, in eval mode, or with
+`track_running_stats=False` in eval mode, the module is exactly `nn.BatchNorm*d`.
+
+Numerics: the statistics are accumulated in float64 on CPU (as CPU BatchNorm does) and in
+float32 elsewhere. `E[x^2] - E[x]^2` loses precision when |mean| >> std; nn.SyncBatchNorm
+instead all-gathers each rank's (mean, invstd, count) and merges them with a parallel-variance
+formula (`torch.batch_norm_gather_stats_with_counts`), which is better conditioned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+__all__ = [
+    "CPUSyncBatchNorm",
+    "SyncBatchNorm",
+    "convert_sync_batchnorm",
+    "sync_batchnorm_class",
+    "global_batch_stats",
+    "make_scenario",
+    "make_global_batch",
+    "compare_worker",
+    "checks_worker",
+    "native_cpu_probe",
+    "single_rank_groups_worker",
+    "ddp_step_worker",
+    "ddp_reference_step",
+    "reference_run",
+    "compare_with_reference",
+    "native_syncbn_ddp_worker",
+]
+
+
+def _stats_dtype(x: Tensor) -> torch.dtype:
+    """Accumulation dtype: float64 on CPU (like CPU BatchNorm), float32 on accelerators."""
+    if x.device.type == "cpu":
+        return torch.float64
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _sync_group(process_group: Any) -> Any | None:
+    """The group to synchronise over, or None when there is nothing to synchronise with."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    group = process_group if process_group is not None else dist.group.WORLD
+    return group if dist.get_world_size(group) > 1 else None
+
+
+def global_batch_stats(x: Tensor, group: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """(mean, biased var, count) per channel over every rank's `x`, with ONE all-reduce.
+
+    `x` is (N, C, *); the result tensors are (C,) in the accumulation dtype and differentiable
+    with respect to `x` on every rank.
+    """
+    from torch.distributed import _functional_collectives as funcol
+
+    dims = [0, *range(2, x.dim())]  # every dim but the channel dim
+    acc = _stats_dtype(x)
+    xa = x.to(acc)  # (N, C, *)
+    n_local = x.numel() // x.size(1) if x.size(1) else 0
+    local = torch.stack(
+        [
+            xa.sum(dims),  # (C,)
+            (xa * xa).sum(dims),  # (C,)
+            torch.full((x.size(1),), float(n_local), dtype=acc, device=x.device),
+        ]
+    )  # (3, C)
+    total = funcol.all_reduce(local, "sum", group)  # (3, C), differentiable
+    s, ss, n = total[0], total[1], total[2]
+    mean = s / n
+    var = (ss / n - mean * mean).clamp_min(0.0)  # biased; clamp guards rounding below zero
+    return mean, var, n
+
+
+class CPUSyncBatchNorm(_BatchNorm):
+    """`nn.SyncBatchNorm` semantics on any device: global-batch statistics via one all-reduce.
+
+    Same constructor as `nn.SyncBatchNorm`. Accepts (N, C), (N, C, L), (N, C, H, W) and
+    (N, C, D, H, W) inputs.
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group: Any | None = None,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(
+            num_features,
+            eps,
+            momentum,
+            affine,
+            track_running_stats,
+            device=device,
+            dtype=dtype,
+            bias=bias,
+        )
+        self.process_group = process_group
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, input: Tensor) -> Tensor:
+        """BatchNorm over the global batch in training; plain BatchNorm otherwise."""
+        self._check_input_dim(input)
+        group = _sync_group(self.process_group) if self.training else None
+        if group is None:  # eval, no process group or world size 1: exactly BatchNorm
+            return super().forward(input)
+
+        mean, var, n = global_batch_stats(input, group)  # (C,) each
+        n_total = n[0].item() if n.numel() else 0.0
+        if n_total <= 1:
+            raise ValueError(
+                "Expected more than 1 value per channel when training, got global input "
+                f"size {int(n_total)}"
+            )
+        if self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative moving average, like BatchNorm
+                factor = 1.0 / float(self.num_batches_tracked.item())
+            else:
+                factor = self.momentum
+            with torch.no_grad():
+                unbiased = var * (n_total / (n_total - 1))
+                self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
+                self.running_var.lerp_(unbiased.to(self.running_var.dtype), factor)
+
+        shape = [1, -1] + [1] * (input.dim() - 2)  # broadcast (C,) over (N, C, *)
+        invstd = torch.rsqrt(var + self.eps)
+        y = (input - mean.to(input.dtype).view(shape)) * invstd.to(input.dtype).view(shape)
+        if self.weight is not None:
+            y = y * self.weight.view(shape)
+        if self.bias is not None:
+            y = y + self.bias.view(shape)
+        return y
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: nn.Module, process_group: Any = None) -> nn.Module:
+        """Same as the module-level `convert_sync_batchnorm`, producing this class."""
+        return convert_sync_batchnorm(module, process_group, sync_cls=cls)
+
+
+SyncBatchNorm = CPUSyncBatchNorm
+
+
+def convert_sync_batchnorm(
+    module: nn.Module, process_group: Any = None, sync_cls: type | None = None
+) -> nn.Module:
+    """Replace every BatchNorm*d in `module` (recursively) by `sync_cls` (CPUSyncBatchNorm).
+
+    Like `nn.SyncBatchNorm.convert_sync_batchnorm`: the new layers reuse the old Parameter
+    objects (so values and `requires_grad` are kept, and an optimizer built before still
+    points at them) and the old buffers (running stats, num_batches_tracked), and copy the
+    training flag. Layers that already synchronise (this class or nn.SyncBatchNorm) are kept.
+    Returns the converted module (a new object when `module` itself is a BatchNorm).
+    """
+    sync_cls = sync_cls or CPUSyncBatchNorm
+    out = module
+    if isinstance(module, _BatchNorm) and not isinstance(
+        module, (CPUSyncBatchNorm, nn.SyncBatchNorm)
+    ):
+        ref = module.weight if module.weight is not None else module.running_mean
+        factory = {"device": ref.device, "dtype": ref.dtype} if ref is not None else {}
+        out = sync_cls(
+            module.num_features,
+            module.eps,
+            module.momentum,
+            module.affine,
+            module.track_running_stats,
+            process_group,
+            bias=module.bias is not None,
+            **factory,
+        )
+        if module.affine:
+            with torch.no_grad():
+                out.weight = module.weight
+                out.bias = module.bias
+        out.running_mean = module.running_mean
+        out.running_var = module.running_var
+        out.num_batches_tracked = module.num_batches_tracked
+        out.training = module.training
+        if hasattr(module, "qconfig"):
+            out.qconfig = module.qconfig
+    for name, child in module.named_children():
+        out.add_module(name, convert_sync_batchnorm(child, process_group, sync_cls))
+    return out
+
+
+def sync_batchnorm_class(device: torch.device | str) -> type:
+    """`nn.SyncBatchNorm` for CUDA devices (its fused kernels), `CPUSyncBatchNorm` otherwise."""
+    return nn.SyncBatchNorm if torch.device(device).type == "cuda" else CPUSyncBatchNorm
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison against BatchNorm on the concatenated batch (notebook 07 and the tests)
+# --------------------------------------------------------------------------------------------
+
+
+def make_scenario(
+    batch_sizes: Sequence[int],
+    feature_shape: Sequence[int] = (3, 4, 4),
+    seed: int = 0,
+    momentum: float | None = 0.1,
+    steps: int = 2,
+    affine: bool = True,
+) -> dict:
+    """A plain-data description of one check: per-rank batch sizes, (C, *spatial), seed..."""
+    return {
+        "batch_sizes": list(batch_sizes),
+        "feature_shape": list(feature_shape),
+        "seed": seed,
+        "momentum": momentum,
+        "steps": steps,
+        "affine": affine,
+    }
+
+
+def make_global_batch(scenario: dict, step: int) -> tuple[Tensor, Tensor]:
+    """(x, upstream grad) of the GLOBAL batch at `step`, identical on every rank (seeded).
+
+    x is (sum(batch_sizes), C, *spatial) with a different mean and scale per channel.
+    """
+    g = torch.Generator().manual_seed(1000 * scenario["seed"] + step)
+    shape = [sum(scenario["batch_sizes"]), *scenario["feature_shape"]]
+    c = shape[1]
+    view = [1, c] + [1] * (len(shape) - 2)
+    loc = torch.randn(c, generator=g).view(view) * 2.0
+    scale = torch.rand(c, generator=g).view(view) * 2.0 + 0.5
+    x = torch.randn(shape, generator=g) * scale + loc
+    grad = torch.randn(shape, generator=g)
+    return x, grad
+
+
+def _initial_params(scenario: dict) -> tuple[Tensor, Tensor]:
+    g = torch.Generator().manual_seed(1000 * scenario["seed"] + 999)
+    c = scenario["feature_shape"][0]
+    return torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g) * 0.1
+
+
+def _bn_class(dim: int) -> type:
+    return {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[dim]
+
+
+def _run(module: nn.Module, scenario: dict, rows: slice, device: torch.device) -> dict:
+    """Train `module` for the scenario's steps on rows `rows` of each global batch."""
+    module.to(device)
+    if scenario["affine"]:
+        w, b = _initial_params(scenario)
+        with torch.no_grad():
+            module.weight.copy_(w)
+            module.bias.copy_(b)
+    out: dict[str, list] = {"outputs": [], "input_grads": [], "weight_grads": [], "bias_grads": []}
+    module.train()
+    for step in range(scenario["steps"]):
+        x, grad = make_global_batch(scenario, step)
+        x = x[rows].to(device).requires_grad_()
+        y = module(x)
+        (y * grad[rows].to(device)).sum().backward()
+        out["outputs"].append(y.detach().cpu().tolist())
+        out["input_grads"].append(x.grad.cpu().tolist())
+        if scenario["affine"]:
+            out["weight_grads"].append(module.weight.grad.cpu().tolist())
+            out["bias_grads"].append(module.bias.grad.cpu().tolist())
+            module.weight.grad = None
+            module.bias.grad = None
+    out["running_mean"] = module.running_mean.cpu().tolist()
+    out["running_var"] = module.running_var.cpu().tolist()
+    out["num_batches_tracked"] = int(module.num_batches_tracked)
+    module.eval()
+    x, _ = make_global_batch(scenario, scenario["steps"])
+    with torch.no_grad():
+        out["eval_outputs"] = module(x[rows].to(device)).cpu().tolist()
+    return out
+
+
+def compare_worker(rank: int, world_size: int, scenarios: Sequence[dict]) -> list[dict]:
+    """Run every scenario with CPUSyncBatchNorm on this rank's slice of the global batch.
+
+    Every rank builds the same global batch (seeded) and keeps rows
+    [sum(batch_sizes[:rank]), sum(batch_sizes[:rank + 1])). Returns per scenario a dict of
+    plain lists: outputs, input_grads, weight_grads, bias_grads (per step), running stats,
+    num_batches_tracked and eval_outputs. Uses `helpers.launch.current_device()` (CUDA under
+    NCCL).
+    """
+    from helpers.launch import current_device
+
+    device = current_device()
+    results = []
+    for scenario in scenarios:
+        sizes = scenario["batch_sizes"]
+        if len(sizes) != world_size:
+            raise ValueError(f"scenario has {len(sizes)} batch sizes for {world_size} ranks")
+        start = sum(sizes[:rank])
+        c = scenario["feature_shape"][0]
+        module = CPUSyncBatchNorm(c, momentum=scenario["momentum"], affine=scenario["affine"])
+        try:
+            results.append(_run(module, scenario, slice(start, start + sizes[rank]), device))
+        except ValueError as err:  # raised on every rank alike (after the all-reduce)
+            results.append({"error": str(err)})
+    return results
+
+
+def _small_net(channels: int = 3) -> nn.Module:
+    """Conv -> BatchNorm2d -> ReLU -> pool -> Linear: a BN between two trained layers."""
+    torch.manual_seed(0)  # same initial weights in every process
+    return nn.Sequential(
+        nn.Conv2d(channels, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 2),
+    )
+
+
+def _net_step(model: nn.Module, x: Tensor, scale: float) -> dict:
+    """One SGD step on loss = scale * sum(model(x)^2); returns parameters and BN buffers."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    (scale * model(x).pow(2).sum()).backward()
+    opt.step()
+    inner = getattr(model, "module", model)
+    return {
+        "params": [p.detach().cpu().flatten().tolist() for p in inner.parameters()],
+        "running_mean": inner[1].running_mean.cpu().tolist(),
+        "running_var": inner[1].running_var.cpu().tolist(),
+    }
+
+
+def ddp_step_worker(rank: int, world_size: int, batch_sizes: Sequence[int], seed: int) -> dict:
+    """One DDP step of a small conv net whose BatchNorm was converted to CPUSyncBatchNorm.
+
+    DDP averages gradients over ranks, so the result equals one single-process step on the
+    concatenated batch with the summed loss divided by world_size (`ddp_reference_step`).
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from helpers.launch import current_device
+
+    device = current_device()
+    scenario = make_scenario(batch_sizes, (3, 5, 5), seed=seed)
+    x, _ = make_global_batch(scenario, 0)
+    start = sum(batch_sizes[:rank])
+    model = convert_sync_batchnorm(_small_net()).to(device)
+    kwargs = {"device_ids": [device.index]} if device.type == "cuda" else {}
+    ddp = DDP(model, **kwargs)
+    out = _net_step(ddp, x[start : start + batch_sizes[rank]].to(device), 1.0)
+    out["bn_class"] = type(model[1]).__name__
+    return out
+
+
+def ddp_reference_step(batch_sizes: Sequence[int], seed: int) -> dict:
+    """What `ddp_step_worker` must give: one plain step with BatchNorm2d on the whole batch."""
+    scenario = make_scenario(batch_sizes, (3, 5, 5), seed=seed)
+    x, _ = make_global_batch(scenario, 0)
+    return _net_step(_small_net(), x, 1.0 / len(batch_sizes))
+
+
+def native_cpu_probe(rank: int, world_size: int) -> dict:
+    """What nn.SyncBatchNorm does on CPU inside a process group: train, DDP, eval.
+
+    Returns the error type and message of a training forward and of wrapping in DDP, and
+    whether eval mode gives the same output as BatchNorm2d (it does: no sync in eval).
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    out: dict[str, Any] = {}
+    x = torch.randn(4, 3, 2, 2)
+    native = nn.SyncBatchNorm(3)
+    for key, call in [("train_forward", lambda: native(x)), ("ddp_wrap", lambda: DDP(native))]:
+        try:
+            call()
+            out[key] = None
+        except Exception as err:  # noqa: BLE001 - the message is the result
+            out[key] = f"{type(err).__name__}: {err}"
+    bn = nn.BatchNorm2d(3).eval()
+    out["eval_equal"] = bool(torch.equal(native.eval()(x), bn(x)))
+    return out
+
+
+def single_rank_groups_worker(rank: int, world_size: int, scenario: dict) -> dict:
+    """Run `scenario` (one batch size) on every rank inside a process group of just this rank:
+    a group of world size 1 must make CPUSyncBatchNorm plain BatchNorm."""
+    from helpers.launch import current_device
+
+    groups = [dist.new_group([r]) for r in range(world_size)]  # every rank creates every group
+    c = scenario["feature_shape"][0]
+    module = CPUSyncBatchNorm(c, momentum=scenario["momentum"], process_group=groups[rank])
+    return _run(module, scenario, slice(None), current_device())
+
+
+def checks_worker(
+    rank: int,
+    world_size: int,
+    scenarios: Sequence[dict],
+    ddp_seed: int | None = None,
+    single_rank_scenario: dict | None = None,
+    probe_native: bool = False,
+) -> dict:
+    """Many checks for the price of one launch: `compare_worker` for every scenario, then
+    optionally `ddp_step_worker` (first scenario's batch sizes), `single_rank_groups_worker`
+    and `native_cpu_probe`. Returns a dict with keys scenarios, ddp, single_rank, native."""
+    out: dict[str, Any] = {"scenarios": compare_worker(rank, world_size, scenarios)}
+    if ddp_seed is not None:
+        out["ddp"] = ddp_step_worker(rank, world_size, scenarios[0]["batch_sizes"], ddp_seed)
+    if single_rank_scenario is not None:
+        out["single_rank"] = single_rank_groups_worker(rank, world_size, single_rank_scenario)
+    if probe_native:
+        out["native"] = native_cpu_probe(rank, world_size)
+    return out
+
+
+def reference_run(scenario: dict) -> dict:
+    """The same steps with nn.BatchNorm*d on the whole (concatenated) batch, one process."""
+    c = scenario["feature_shape"][0]
+    module = _bn_class(len(scenario["feature_shape"]) + 1)(
+        c, momentum=scenario["momentum"], affine=scenario["affine"]
+    )
+    return _run(module, scenario, slice(None), torch.device("cpu"))
+
+
+def compare_with_reference(per_rank: Sequence[dict], reference: dict) -> dict[str, float]:
+    """Largest absolute difference, per quantity, between the ranks and the reference.
+
+    Outputs and input grads are concatenated over ranks; weight and bias grads are summed
+    over ranks (each rank holds its own share); running stats must agree on every rank.
+    """
+    t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    err: dict[str, float] = {}
+
+    def worst(a: Tensor, b: Tensor) -> float:
+        if a.shape != b.shape:
+            raise ValueError(f"shape mismatch {tuple(a.shape)} vs {tuple(b.shape)}")
+        return float((a - b).abs().max()) if a.numel() else 0.0
+
+    steps = len(reference["outputs"])
+    for key in ("outputs", "input_grads"):
+        err[key] = max(
+            worst(
+                torch.cat(
+                    [t(r[key][s]).reshape(-1, *t(reference[key][s]).shape[1:]) for r in per_rank]
+                ),
+                t(reference[key][s]),
+            )
+            for s in range(steps)
+        )
+    for key in ("weight_grads", "bias_grads"):
+        if reference[key]:
+            err[key] = max(
+                worst(sum(t(r[key][s]) for r in per_rank), t(reference[key][s]))
+                for s in range(steps)
+            )
+    for key in ("running_mean", "running_var"):
+        err[key] = max(worst(t(r[key]), t(reference[key])) for r in per_rank)
+    err["num_batches_tracked"] = float(
+        max(abs(r["num_batches_tracked"] - reference["num_batches_tracked"]) for r in per_rank)
+    )
+    ref_eval = t(reference["eval_outputs"])
+    err["eval_outputs"] = worst(
+        torch.cat([t(r["eval_outputs"]).reshape(-1, *ref_eval.shape[1:]) for r in per_rank]),
+        ref_eval,
+    )
+    return err
+
+
+def native_syncbn_ddp_worker(rank: int, world_size: int, scenario: dict) -> dict:
+    """GPU only (NCCL): the real nn.SyncBatchNorm under DDP next to CPUSyncBatchNorm.
+
+    Both see this rank's slice of the same global batch; returns the largest absolute
+    differences (outputs, input grads, running stats) on this rank, plus the device type.
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from helpers.launch import current_device
+
+    device = current_device()
+    if device.type != "cuda":
+        raise RuntimeError("native_syncbn_ddp_worker needs one GPU per rank (NCCL)")
+    sizes = scenario["batch_sizes"]
+    start = sum(sizes[:rank])
+    rows = slice(start, start + sizes[rank])
+    c = scenario["feature_shape"][0]
+    bn = _bn_class(len(scenario["feature_shape"]) + 1)(c, momentum=scenario["momentum"])
+    native = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(bn).to(device), device_ids=[rank])
+    ours = convert_sync_batchnorm(_bn_class(len(scenario["feature_shape"]) + 1)(c)).to(device)
+    ours.momentum = scenario["momentum"]
+    diffs = {"outputs": 0.0, "input_grads": 0.0, "weight_grads": 0.0}
+    for step in range(scenario["steps"]):
+        x, grad = make_global_batch(scenario, step)
+        xs = [x[rows].to(device).requires_grad_() for _ in range(2)]
+        ys = [native(xs[0]), ours(xs[1])]
+        for yi in ys:
+            (yi * grad[rows].to(device)).sum().backward()
+        diffs["outputs"] = max(diffs["outputs"], float((ys[0] - ys[1]).abs().max()))
+        diffs["input_grads"] = max(
+            diffs["input_grads"], float((xs[0].grad - xs[1].grad).abs().max())
+        )
+        # DDP averages weight grads over ranks; ours holds the local share: compare the means
+        w_ours = ours.weight.grad.clone()
+        dist.all_reduce(w_ours)
+        w_ours /= world_size
+        diffs["weight_grads"] = max(
+            diffs["weight_grads"], float((native.module.weight.grad - w_ours).abs().max())
+        )
+        native.zero_grad()
+        ours.zero_grad()
+    diffs["running_mean"] = float((native.module.running_mean - ours.running_mean).abs().max())
+    diffs["running_var"] = float((native.module.running_var - ours.running_var).abs().max())
+    diffs["device_type"] = device.type
+    return diffs

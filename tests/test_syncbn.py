@@ -1,0 +1,220 @@
+"""CPUSyncBatchNorm against nn.BatchNorm on the concatenated batch (helpers.syncbn).
+
+Three launches in all (1, 2 and 4 ranks), each running several scenarios, because starting
+ranks dominates the cost.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import syncbn
+from helpers.launch import launch
+from helpers.syncbn import (
+    CPUSyncBatchNorm,
+    SyncBatchNorm,
+    compare_with_reference,
+    convert_sync_batchnorm,
+    make_scenario,
+    reference_run,
+    sync_batchnorm_class,
+)
+
+# Measured errors are a few 1e-7 (outputs, input grads) and 1e-6 (weight grads, summed over
+# ranks); these bounds leave an order of magnitude of room and still catch any wrong formula.
+TOL = {
+    "outputs": 5e-6,
+    "input_grads": 5e-6,
+    "weight_grads": 5e-5,
+    "bias_grads": 5e-5,
+    "running_mean": 1e-6,
+    "running_var": 1e-6,
+    "num_batches_tracked": 0.0,
+    "eval_outputs": 5e-6,
+}
+
+SCENARIOS_2 = [
+    make_scenario([4, 4], (3, 4, 4), seed=0),  # even, (N, C, H, W)
+    make_scenario([3, 7], (3, 4, 4), seed=1, steps=3),  # uneven
+    make_scenario([2, 9], (5,), seed=2, momentum=None, steps=3),  # (N, C), cumulative average
+    make_scenario([5, 1], (2, 6), seed=3, affine=False),  # (N, C, L), no affine
+    make_scenario([0, 3], (2, 2, 3, 2), seed=4),  # (N, C, D, H, W), an empty rank
+    make_scenario([1, 0], (4,), seed=5),  # one value per channel in the whole batch
+]
+SINGLE = make_scenario([6], (3, 4, 4), seed=20, steps=2)  # each rank in a group of its own
+SCENARIOS_4 = [
+    make_scenario([2, 3, 5, 1], (3, 4, 4), seed=10, steps=2),
+    make_scenario([4, 4, 4, 4], (2, 7), seed=11, momentum=None),
+]
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    result = launch(syncbn.checks_worker, 2, (SCENARIOS_2, 7, SINGLE, True))
+    assert result.outputs == ["", ""], result.outputs  # workers stay quiet
+    return result
+
+
+@pytest.fixture(scope="module")
+def four_ranks():
+    return launch(syncbn.checks_worker, 4, (SCENARIOS_4,))
+
+
+def _check(per_rank, scenario):
+    err = compare_with_reference(per_rank, reference_run(scenario))
+    bad = {k: v for k, v in err.items() if v > TOL[k]}
+    assert not bad, f"{scenario}: {bad} (all errors: {err})"
+    return err
+
+
+@pytest.mark.parametrize("index", range(len(SCENARIOS_2) - 1))
+def test_two_ranks_match_batchnorm_on_concatenated_batch(two_ranks, index):
+    _check([r["scenarios"][index] for r in two_ranks], SCENARIOS_2[index])
+
+
+def test_two_ranks_actually_synchronise(two_ranks):
+    # Local BatchNorm on rank 0's slice alone gives other outputs: the match above is not free.
+    scenario = SCENARIOS_2[1]
+    x, _ = syncbn.make_global_batch(scenario, 0)
+    w, b = syncbn._initial_params(scenario)
+    local = nn.functional.batch_norm(x[:3], None, None, w, b, training=True)  # rank 0 alone
+    synced = torch.tensor(two_ranks[0]["scenarios"][1]["outputs"][0])
+    gap = (local - synced).abs().max()
+    assert gap > 1e-2
+
+
+def test_global_count_of_one_raises_on_every_rank(two_ranks):
+    for r in two_ranks:
+        assert r["scenarios"][-1] == {
+            "error": "Expected more than 1 value per channel when training, got global input size 1"
+        }
+
+
+def test_ddp_step_equals_single_process_step(two_ranks):
+    ref = syncbn.ddp_reference_step(SCENARIOS_2[0]["batch_sizes"], 7)
+    for r in two_ranks:
+        ddp = r["ddp"]
+        assert ddp["bn_class"] == "CPUSyncBatchNorm"
+        for got, want in zip(ddp["params"], ref["params"], strict=True):
+            torch.testing.assert_close(torch.tensor(got), torch.tensor(want), atol=1e-6, rtol=0)
+        for key in ("running_mean", "running_var"):
+            torch.testing.assert_close(
+                torch.tensor(ddp[key]), torch.tensor(ref[key]), atol=1e-6, rtol=0
+            )
+
+
+@pytest.mark.parametrize("index", range(len(SCENARIOS_4)))
+def test_four_ranks_match_batchnorm_on_concatenated_batch(four_ranks, index):
+    _check([r["scenarios"][index] for r in four_ranks], SCENARIOS_4[index])
+
+
+def test_group_of_world_size_one_is_exactly_batchnorm(two_ranks):
+    for r in two_ranks:
+        err = compare_with_reference([r["single_rank"]], reference_run(SINGLE))
+        assert all(v == 0.0 for v in err.values()), err  # same code path: bitwise equal
+
+
+def test_native_syncbatchnorm_cannot_train_on_cpu(two_ranks):
+    for r in two_ranks:
+        native = r["native"]
+        assert native["train_forward"] == (
+            "ValueError: SyncBatchNorm expected input tensor to be on GPU or XPU or privateuseone"
+        )
+        assert "SyncBatchNorm layers only work with GPU modules" in native["ddp_wrap"]
+        assert native["eval_equal"]
+    with pytest.raises(
+        NotImplementedError, match="aten::batch_norm_stats' with arguments from the 'CPU' backend"
+    ):
+        torch.batch_norm_stats(torch.randn(4, 3), 1e-5)
+
+
+def test_without_process_group_is_exactly_batchnorm():
+    torch.manual_seed(0)
+    for shape, bn_cls in [
+        ((8, 3), nn.BatchNorm1d),
+        ((8, 3, 5), nn.BatchNorm1d),
+        ((4, 3, 5, 5), nn.BatchNorm2d),
+        ((2, 3, 2, 4, 4), nn.BatchNorm3d),
+    ]:
+        ours, ref = CPUSyncBatchNorm(3, momentum=None), bn_cls(3, momentum=None)
+        for _ in range(2):
+            x = torch.randn(shape) * 3 + 1
+            assert torch.equal(ours(x), ref(x))
+        assert torch.equal(ours.running_var, ref.running_var)
+        ours.eval(), ref.eval()
+        assert torch.equal(ours(x), ref(x))
+
+
+def test_input_checks():
+    assert SyncBatchNorm is CPUSyncBatchNorm
+    with pytest.raises(ValueError, match="expected at least 2D input"):
+        CPUSyncBatchNorm(3)(torch.randn(3))
+
+
+def test_constructor_matches_nn_syncbatchnorm():
+    group = object()
+    m = CPUSyncBatchNorm(4, 1e-3, None, False, False, group, dtype=torch.float64)
+    assert (m.num_features, m.eps, m.momentum, m.affine, m.track_running_stats) == (
+        4,
+        1e-3,
+        None,
+        False,
+        False,
+    )
+    assert m.process_group is group and m.weight is None and m.running_mean is None
+    m = CPUSyncBatchNorm(4, dtype=torch.float64, bias=False)
+    assert m.weight.dtype == torch.float64 and m.bias is None
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3),
+        nn.BatchNorm2d(4),
+        nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, momentum=None, affine=False)),
+        nn.ModuleDict({"deep": nn.Sequential(nn.BatchNorm3d(2, eps=1e-3))}),
+        CPUSyncBatchNorm(5),
+    )
+
+
+def test_convert_replaces_nested_batchnorm_and_keeps_state():
+    net = _net()
+    bn2d, bn3d = net[1], net[3]["deep"][0]
+    bn2d.weight.requires_grad_(False)
+    bn2d.running_mean.fill_(0.5)
+    bn2d.num_batches_tracked.fill_(7)
+    bn3d.eval()
+    already = net[4]
+    converted = convert_sync_batchnorm(net)
+    assert converted is net  # containers are converted in place
+    new2d, new1d, new3d = net[1], net[2][1], net[3]["deep"][0]
+    assert all(type(m) is CPUSyncBatchNorm for m in (new2d, new1d, new3d))
+    assert net[4] is already  # already synchronising: untouched
+    assert new2d.weight is bn2d.weight and new2d.bias is bn2d.bias  # same Parameters
+    assert not new2d.weight.requires_grad and new2d.bias.requires_grad
+    assert new2d.running_mean is bn2d.running_mean and float(new2d.running_mean[0]) == 0.5
+    assert int(new2d.num_batches_tracked) == 7
+    assert new1d.momentum is None and not new1d.affine and new1d.weight is None
+    assert new3d.eps == 1e-3 and not new3d.training and new2d.training
+    assert not any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) and not isinstance(m, CPUSyncBatchNorm)
+        for m in net.modules()
+    )
+
+
+def test_convert_top_level_batchnorm_and_process_group():
+    group = object()
+    bn = nn.BatchNorm1d(3, dtype=torch.float64)
+    out = convert_sync_batchnorm(bn, process_group=group)
+    assert out is not bn and isinstance(out, CPUSyncBatchNorm) and out.process_group is group
+    assert out.weight is bn.weight and out.running_var.dtype == torch.float64
+    assert isinstance(CPUSyncBatchNorm.convert_sync_batchnorm(nn.BatchNorm2d(2)), SyncBatchNorm)
+    native = nn.SyncBatchNorm(2)
+    assert convert_sync_batchnorm(native) is native
+
+
+def test_sync_batchnorm_class():
+    assert sync_batchnorm_class("cpu") is CPUSyncBatchNorm
+    assert sync_batchnorm_class(torch.device("cuda", 0)) is nn.SyncBatchNorm
