@@ -1,0 +1,512 @@
+"""DistributedDataParallel under the microscope: models, workers and a counting comm hook.
+
+Used by: 06 (DDP internals: broadcast at construction, buffers, sampler, buckets, equivalence)
+and 08 (gradient accumulation with `no_sync`, mixed precision in a DDP step).
+Workers run under `helpers.launch.launch` (gloo on CPU; NCCL with one GPU per rank when enough
+GPUs are visible, through `current_device()`); they return plain Python data, never tensors.
+The DistributedSampler helpers are pure: the sampler needs no process group when `num_replicas`
+and `rank` are given.
+"""
+
+import contextlib
+import copy
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
+
+from helpers.launch import current_device
+
+__all__ = [
+    "make_bn_net",
+    "make_mlp",
+    "make_wide_mlp",
+    "wrap_ddp",
+    "CommCounter",
+    "count_allreduce_hook",
+    "attach_counter",
+    "sampler_shards",
+    "init_broadcast_worker",
+    "buffer_sync_worker",
+    "bucket_worker",
+    "equivalence_worker",
+    "no_sync_worker",
+    "accumulation_worker",
+    "pitfall_worker",
+    "amp_worker",
+    "jobs_worker",
+]
+
+# ---------------------------------------------------------------------------------------------
+# models and plumbing
+
+
+def make_bn_net(seed: int = 0) -> nn.Sequential:
+    """Linear(4, 8) -> BatchNorm1d(8) -> ReLU -> Linear(8, 2): parameters *and* buffers."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def make_mlp(seed: int = 0) -> nn.Sequential:
+    """Linear(8, 16) -> ReLU -> Linear(16, 4): small, no buffers (exact DDP equivalence)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def make_wide_mlp(seed: int = 0) -> nn.Sequential:
+    """Linear(256, 512) -> ReLU -> Linear(512, 512) -> ReLU -> Linear(512, 10): about 1.5 MiB.
+
+    Big enough that DDP's default buckets (first bucket 1 MiB, then 25 MiB) split it in two.
+    """
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+    )
+
+
+def wrap_ddp(model: nn.Module, **kwargs: Any) -> DDP:
+    """Move `model` to this rank's device and wrap it (device_ids only on CUDA)."""
+    device = current_device()
+    model.to(device)
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DDP(model, device_ids=device_ids, **kwargs)
+
+
+class CommCounter:
+    """State of `count_allreduce_hook`: one record per bucket all-reduce, tagged with `step`."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.names = {id(p): n for n, p in module.named_parameters()}
+        self.step = 0
+        self.calls: list[dict[str, Any]] = []
+        self.events: list[str] = []  # all-reduces interleaved with other marks, in order
+
+    def count(self, step: int | None = None) -> int:
+        """All-reduces so far, or in `step` only."""
+        return sum(1 for c in self.calls if step is None or c["step"] == step)
+
+
+def count_allreduce_hook(
+    state: CommCounter, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: record the bucket, then do exactly what DDP does by default."""
+    buffer = bucket.buffer()  # flat gradients of this bucket's parameters
+    state.calls.append(
+        {
+            "step": state.step,
+            "bucket": bucket.index(),
+            "numel": buffer.numel(),
+            "dtype": str(buffer.dtype).replace("torch.", ""),
+            "params": [state.names.get(id(p), "?") for p in bucket.parameters()],
+            "is_last": bucket.is_last(),
+        }
+    )
+    state.events.append(f"all-reduce bucket {bucket.index()}")
+    return default_hooks.allreduce_hook(None, bucket)  # divide by world size, all-reduce sum
+
+
+def attach_counter(ddp: DDP) -> CommCounter:
+    """Register `count_allreduce_hook` on `ddp` and return its state."""
+    state = CommCounter(ddp.module)
+    ddp.register_comm_hook(state, count_allreduce_hook)
+    return state
+
+
+def _rank_batch(rank: int, n: int, features: int, seed: int, offset: float = 0.0) -> torch.Tensor:
+    """A batch only this rank sees: (n, features), reproducible from (seed, rank)."""
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    return torch.randn(n, features, generator=g) + offset * rank
+
+
+def _flat(module: nn.Module, grads: bool = False) -> torch.Tensor:
+    """All parameters (or their .grad) of `module` as one flat CPU float tensor."""
+    ts = [p.grad if grads else p.detach() for p in module.parameters()]
+    return torch.cat([t.reshape(-1).float().cpu() for t in ts])
+
+
+def _r(x: float | torch.Tensor, nd: int = 4) -> float:
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+    return round(float(x), nd)
+
+
+# ---------------------------------------------------------------------------------------------
+# DistributedSampler (pure)
+
+
+def sampler_shards(
+    n: int,
+    world_size: int,
+    epoch: int | None = 0,
+    seed: int | list[int] = 0,
+    shuffle: bool = True,
+    drop_last: bool = False,
+) -> list[list[int]]:
+    """The indices each rank's DistributedSampler yields, in rank order.
+
+    `seed` may be a list (one per rank) to show what goes wrong when ranks disagree;
+    `epoch=None` leaves `set_epoch` uncalled.
+    """
+    seeds = seed if isinstance(seed, list) else [seed] * world_size
+    shards = []
+    for rank in range(world_size):
+        sampler = DistributedSampler(
+            range(n),
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seeds[rank],
+            drop_last=drop_last,
+        )
+        if epoch is not None:
+            sampler.set_epoch(epoch)
+        shards.append(list(sampler))
+    return shards
+
+
+# ---------------------------------------------------------------------------------------------
+# 06: state at construction, buffers during training
+
+
+def _state_probe(model: nn.Sequential) -> dict[str, float]:
+    return {
+        "0.weight[0,0]": _r(model[0].weight[0, 0]),
+        "1.running_mean[0]": _r(model[1].running_mean[0]),
+        "1.num_batches_tracked": int(model[1].num_batches_tracked),
+    }
+
+
+def _diverged_bn_net(rank: int) -> nn.Sequential:
+    """A BN net whose parameters and buffers differ on every rank."""
+    model = make_bn_net(seed=rank)
+    model[1].running_mean.fill_(rank + 1.0)
+    model[1].num_batches_tracked.fill_(10 * rank)
+    return model
+
+
+def init_broadcast_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Parameters and buffers per rank before and after `DDP(...)`, for several options.
+
+    For each constructor option it also returns the warnings the constructor raised
+    (category and first words), caught here so they never reach a notebook's stderr.
+    """
+    model = _diverged_bn_net(rank)
+    out: dict[str, Any] = {"before": _state_probe(model)}
+    wrap_ddp(model)
+    out["after"] = _state_probe(model)
+    out["options"] = {}
+    for label, kwargs in [
+        ("default", {}),
+        ("forward_sync_buffers=False", {"forward_sync_buffers": False}),
+        ("broadcast_buffers=True", {"broadcast_buffers": True}),
+        ("broadcast_buffers=False", {"broadcast_buffers": False}),
+    ]:
+        model = _diverged_bn_net(rank)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ddp = wrap_ddp(model, **kwargs)
+        out["options"][label] = {
+            **_state_probe(model),
+            "forward_sync_buffers": ddp.forward_sync_buffers,
+            "warnings": [
+                f"{w.category.__name__}: {' '.join(str(w.message).split()[:6])}" for w in caught
+            ],
+        }
+    return out
+
+
+def buffer_sync_worker(rank: int, world_size: int, schedule: list[str]) -> dict[str, Any]:
+    """BatchNorm running_mean[0] per forward: as the module sees it, and after the forward.
+
+    `schedule` lists forwards: "train", "eval", "train+no_grad", "eval+no_grad". Each rank feeds
+    its own batch (shifted by 3*rank so the ranks' statistics differ). Runs with the default
+    (forward_sync_buffers=True) and with forward_sync_buffers=False. Also checks that rank 0's
+    final running stats equal a plain BatchNorm fed rank 0's batches only.
+    """
+    out: dict[str, Any] = {}
+    for label, kwargs in [("sync", {}), ("no sync", {"forward_sync_buffers": False})]:
+        model = make_bn_net(seed=0)
+        ddp = wrap_ddp(model, **kwargs)
+        reference = copy.deepcopy(model)  # rank 0's state, never wrapped
+        seen: list[float] = []
+        model.register_forward_pre_hook(
+            lambda m, args, seen=seen: seen.append(_r(m[1].running_mean[0]))
+        )
+        after, batches = [], []
+        for step, mode in enumerate(schedule):
+            x = _rank_batch(rank, 8, 4, seed=step, offset=3.0).to(current_device())  # (8, 4)
+            model.train(mode.startswith("train"))
+            if "no_grad" in mode:
+                with torch.no_grad():
+                    ddp(x)
+            else:
+                ddp(x).sum().backward()
+            after.append(_r(model[1].running_mean[0]))
+            batches.append(_rank_batch(0, 8, 4, seed=step, offset=3.0).to(current_device()))
+        with torch.no_grad():  # a plain model fed rank 0's batches in the same modes
+            for mode, x in zip(schedule, batches, strict=True):
+                reference.train(mode.startswith("train"))
+                reference(x)
+        out[label] = {
+            "seen": seen,
+            "after": after,
+            "matches_rank0_only_bn": bool(
+                torch.allclose(reference[1].running_mean, model[1].running_mean)
+            ),
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 06: buckets and the equivalence check
+
+
+def bucket_worker(rank: int, world_size: int, steps: int = 3) -> dict[str, Any]:
+    """Which parameters land in which bucket, step by step, for two bucket configurations.
+
+    Events interleave "grad ready <name>" (a post-accumulate-grad hook per parameter) with
+    "all-reduce bucket <i>" (the comm hook), so the overlap of backward and communication shows.
+    """
+    out: dict[str, Any] = {}
+    for label, kwargs in [("default", {}), ("bucket_cap_mb=25", {"bucket_cap_mb": 25})]:
+        model = make_wide_mlp(seed=0)
+        ddp = wrap_ddp(model, **kwargs)
+        counter = attach_counter(ddp)
+        for name, p in model.named_parameters():
+            p.register_post_accumulate_grad_hook(
+                lambda p, name=name, events=counter.events: events.append(f"grad ready {name}")
+            )
+        per_step = []
+        for step in range(steps):
+            counter.step = step
+            counter.events.clear()
+            x = _rank_batch(rank, 4, 256, seed=step).to(current_device())  # (4, 256)
+            ddp(x).square().mean().backward()
+            per_step.append(
+                {
+                    "buckets": [
+                        {k: c[k] for k in ("bucket", "numel", "params")}
+                        for c in counter.calls
+                        if c["step"] == step
+                    ],
+                    "events": list(counter.events),
+                }
+            )
+        log = ddp._get_ddp_logging_data()
+        out[label] = {
+            "steps": per_step,
+            "bucket_cap_bytes": log["bucket_cap_bytes"],
+            "first_bucket_bytes_cap": ddp._bucket_config.first_bucket_bytes_cap,
+            "param_bytes": {n: p.numel() * p.element_size() for n, p in model.named_parameters()},
+            "log": {
+                k: log.get(k)
+                for k in (
+                    "bucket_sizes",
+                    "rebuilt_bucket_sizes",
+                    "rebuilt_per_bucket_param_indices",
+                    "prev_iteration_grad_ready_order_indices",
+                )
+            },
+        }
+    return out
+
+
+def _one_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    optimizer.step()
+
+
+def equivalence_worker(
+    rank: int, world_size: int, per_rank: int = 4, lr: float = 0.1
+) -> dict[str, Any]:
+    """One DDP step on `world_size` ranks vs one plain step on the concatenated batch.
+
+    Every rank builds the same global batch, takes its slice, and also runs the single-process
+    reference on the whole batch. Done for an MLP (exact) and for the BN net in train mode
+    (not equal: each rank normalises with its own batch statistics).
+    """
+    device = current_device()
+    out: dict[str, Any] = {}
+    for label, maker, features, outs in [("mlp", make_mlp, 8, 4), ("bn_net", make_bn_net, 4, 2)]:
+        model = maker(seed=0)
+        reference = copy.deepcopy(model).to(device)
+        ddp = wrap_ddp(model)
+        g = torch.Generator().manual_seed(123)
+        x = torch.randn(per_rank * world_size, features, generator=g).to(device)  # global batch
+        y = torch.randn(per_rank * world_size, outs, generator=g).to(device)
+        mine = slice(rank * per_rank, (rank + 1) * per_rank)
+        _one_step(ddp, x[mine], y[mine], lr)
+        _one_step(reference, x, y, lr)
+        out[label] = {
+            "max_param_diff": float((_flat(model) - _flat(reference)).abs().max()),
+            "max_grad_diff": float(
+                (_flat(model, grads=True) - _flat(reference, grads=True)).abs().max()
+            ),
+            "param_sum": _r(_flat(model).sum(), 6),
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 08: no_sync, accumulation, the pitfall, mixed precision
+
+
+def no_sync_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Grads inside `no_sync` (local) and after the next synced backward (averaged)."""
+    model = make_mlp(seed=0)
+    local = copy.deepcopy(model).to(current_device())  # a plain copy: local gradients only
+    ddp = wrap_ddp(model)
+    counter = attach_counter(ddp)
+    xa, xb = (_rank_batch(rank, 4, 8, seed=s, offset=1.0).to(current_device()) for s in (1, 2))
+    out: dict[str, Any] = {"flag_before": ddp.require_backward_grad_sync}
+    with ddp.no_sync():
+        out["flag_inside"] = ddp.require_backward_grad_sync
+        ddp(xa).square().mean().backward()  # micro-batch A: no communication
+    out["flag_after"] = ddp.require_backward_grad_sync
+    out["allreduces_inside"] = counter.count()
+    local(xa).square().mean().backward()
+    out["grad_inside"] = _flat(model, grads=True).tolist()
+    out["local_grad_a"] = _flat(local, grads=True).tolist()
+    ddp(xb).square().mean().backward()  # micro-batch B: synced, carries A's grads along
+    local(xb).square().mean().backward()
+    out["allreduces_after"] = counter.count()
+    out["grad_after"] = _flat(model, grads=True).tolist()
+    out["local_grad_a_plus_b"] = _flat(local, grads=True).tolist()
+    return out
+
+
+def _accumulate(
+    ddp: DDP, micro: list[tuple[torch.Tensor, torch.Tensor]], use_no_sync: bool, lr: float
+) -> None:
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
+    optimizer.zero_grad()
+    k = len(micro)
+    for i, (x, y) in enumerate(micro):
+        last = i == k - 1
+        if use_no_sync and not last:
+            with ddp.no_sync():
+                (F.mse_loss(ddp(x), y) / k).backward()
+        else:
+            (F.mse_loss(ddp(x), y) / k).backward()
+    optimizer.step()
+
+
+def accumulation_worker(
+    rank: int, world_size: int, k: int = 4, micro_batch: int = 2, lr: float = 0.1
+) -> dict[str, Any]:
+    """K micro-batches per rank, then one optimizer step; vs one step on the whole batch.
+
+    Runs with `no_sync` on the first K-1 micro-batches and without it, counting all-reduces.
+    The global batch is world_size * k * micro_batch rows; rank r's micro-batch i is chunk
+    (i * world_size + r) of it, so the reference is simply the concatenated batch.
+    """
+    device = current_device()
+    g = torch.Generator().manual_seed(7)
+    n = world_size * k * micro_batch
+    x, y = torch.randn(n, 8, generator=g).to(device), torch.randn(n, 4, generator=g).to(device)
+    chunks = list(zip(x.split(micro_batch), y.split(micro_batch), strict=True))
+    micro = [chunks[i * world_size + rank] for i in range(k)]
+    reference = make_mlp(seed=0).to(device)
+    _one_step(reference, x, y, lr)
+    out: dict[str, Any] = {}
+    for label, use_no_sync in [("no_sync", True), ("sync every micro-batch", False)]:
+        model = make_mlp(seed=0)
+        ddp = wrap_ddp(model)
+        counter = attach_counter(ddp)
+        _accumulate(ddp, micro, use_no_sync, lr)
+        out[label] = {
+            "allreduces": counter.count(),
+            "max_diff_vs_large_batch": float((_flat(model) - _flat(reference)).abs().max()),
+        }
+    return out
+
+
+def pitfall_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Where the forward runs decides: forward outside `no_sync` + backward inside still syncs."""
+    out: dict[str, Any] = {}
+    x = _rank_batch(rank, 4, 8, seed=3, offset=1.0).to(current_device())
+    for label in ("forward outside, backward inside", "forward inside, backward outside"):
+        model = make_mlp(seed=0)
+        ddp = wrap_ddp(model)
+        counter = attach_counter(ddp)
+        if label.startswith("forward outside"):
+            loss = ddp(x).square().mean()
+            with ddp.no_sync():
+                loss.backward()
+        else:
+            with ddp.no_sync():
+                loss = ddp(x).square().mean()
+            loss.backward()
+        out[label] = {"allreduces": counter.count(), "grad": _flat(model, grads=True).tolist()}
+    return out
+
+
+def amp_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """A DDP step under autocast: dtypes at each stage, and GradScaler agreeing across ranks.
+
+    bf16 autocast: forward in bf16, parameters and gradients (and DDP's buckets) stay fp32.
+    fp16 autocast + GradScaler: rank 1 overflows locally; the all-reduce spreads the inf to
+    every rank before `scaler.step` looks, so every rank skips the same step.
+    """
+    device = current_device()
+    out: dict[str, Any] = {}
+    x = _rank_batch(rank, 4, 8, seed=5, offset=1.0).to(device)
+    y = torch.zeros(4, 4, device=device)
+    # fp32 reference step and bf16 autocast step from the same start
+    grads = {}
+    for label, dtype in [("fp32", None), ("bf16", torch.bfloat16)]:
+        model = make_mlp(seed=0)
+        ddp = wrap_ddp(model)
+        counter = attach_counter(ddp)
+        amp = torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+        with amp:
+            pred = ddp(x)
+            loss = F.mse_loss(pred.float(), y)
+        loss.backward()
+        grads[label] = _flat(model, grads=True)
+        out[label] = {
+            "activation_dtype": str(pred.dtype).replace("torch.", ""),
+            "param_dtype": str(model[0].weight.dtype).replace("torch.", ""),
+            "grad_dtype": str(model[0].weight.grad.dtype).replace("torch.", ""),
+            "bucket_dtype": counter.calls[0]["dtype"],
+            "grad": grads[label].tolist(),
+        }
+    rel = (grads["bf16"] - grads["fp32"]).norm() / grads["fp32"].norm()
+    out["bf16_vs_fp32_rel_err"] = float(rel)
+    # fp16 + GradScaler: one rank overflows
+    model = make_mlp(seed=0)
+    ddp = wrap_ddp(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(device.type)
+    before = _flat(model)
+    x16 = x.clone()
+    if rank == 1:
+        x16[0, 0] = 1e6  # 1e6 * weight overflows fp16 (max 65504) on this rank only
+    with torch.autocast(device.type, dtype=torch.float16):
+        loss = F.mse_loss(ddp(x16).float(), y)
+    scaler.scale(loss).backward()  # DDP all-reduces the *scaled* grads during backward
+    out["local_loss_finite"] = bool(torch.isfinite(loss))
+    out["grads_finite_after_allreduce"] = bool(torch.isfinite(_flat(model, grads=True)).all())
+    out["scale_before"] = scaler.get_scale()
+    scaler.step(optimizer)  # unscales, checks for inf/nan, skips the step if any
+    scaler.update()
+    out["scale_after"] = scaler.get_scale()
+    out["params_changed"] = bool((_flat(model) != before).any())
+    return out
+
+
+def jobs_worker(rank: int, world_size: int, jobs: list[tuple[str, tuple]]) -> dict[str, Any]:
+    """Run several workers of this module in one launch: {name: its result}.
+
+    `jobs` lists (worker name, extra args); one process group start-up pays for all of them.
+    """
+    table = {name: globals()[name] for name in __all__ if name.endswith("_worker")}
+    return {name: table[name](rank, world_size, *args) for name, args in jobs}
