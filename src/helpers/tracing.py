@@ -1,0 +1,675 @@
+"""Source tracing for torch.compile: record the real call path, step through it, check landmarks.
+
+Used by: notebooks 01 (torch.compile entry), 02 (Dynamo bytecode, guards, graph breaks) and 03
+(AOTAutograd and Inductor). CPU or GPU alike; Python 3.11+ (uses `sys.setprofile`, which sees
+only the calling thread: work that Inductor hands to compile workers in other processes, such as
+running the C++ compiler, shows up only as the Python call that starts it).
+
+- `record_calls(fn, *args)` runs `fn` once and records which Python functions of chosen packages
+  ran, as a tree of first entries (caller -> callee) with dotted names and source locations
+  computed from the code objects (never typed). `record_compile(fn, *args, backend=...)` does
+  the same for the first call of `torch.compile(fn)` with the compile caches turned off, so the
+  whole path runs even when an earlier run left a warm cache.
+- `LANDMARKS` / `check_landmarks(recording)`: the ordered stages the notebooks teach, checked
+  against a recording; a missing or out-of-order stage raises an error that names it, so a torch
+  upgrade that moves or renames one fails in CI, not in a reader's head.
+- `step_text(recording, i)` (pure, printable) and `step_viewer(recording)` (ipywidgets slider)
+  show one step: dotted name, location, permalink and the first lines of its installed source.
+- `RecordingBackend`: a `torch.compile` backend that keeps every FX `GraphModule` it receives,
+  with a summary free of memory addresses.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from types import CodeType
+from typing import Any, NamedTuple
+
+from helpers.source import SourceView, package_root, permalink, source_view
+
+__all__ = [
+    "DEFAULT_PACKAGES",
+    "LANDMARKS",
+    "Landmark",
+    "LandmarkError",
+    "LandmarkMissing",
+    "LandmarkOrder",
+    "Recording",
+    "RecordingBackend",
+    "Step",
+    "check_landmarks",
+    "landmark_tree",
+    "record_calls",
+    "record_compile",
+    "stages_for_backend",
+    "step_text",
+    "step_view",
+    "step_viewer",
+]
+
+DEFAULT_PACKAGES = ("torch._dynamo", "torch._functorch", "torch._inductor", "torch.fx")
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+# --------------------------------------------------------------------------------------------
+# Recording
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """A function of the watched packages at its first entry from one chain of callers."""
+
+    index: int  # position in first-entry (chronological) order
+    name: str  # dotted: module + qualname, e.g. "torch._dynamo.convert_frame._compile"
+    module: str
+    qualname: str
+    relpath: str  # path inside its repository, e.g. "torch/_dynamo/convert_frame.py"
+    line: int  # first line of the definition in the installed file (from the code object)
+    depth: int  # 0 for a step with no watched caller
+    parent: int | None  # index of the watched caller at first entry
+    code: CodeType = field(repr=False, compare=False)
+    calls: int = field(default=1, repr=False, compare=False)  # entries during the recording
+
+    @property
+    def location(self) -> str:
+        return f"{self.relpath}:{self.line}"
+
+
+@dataclass
+class Recording:
+    """What `record_calls` saw: `steps` in first-entry order, printable as a tree."""
+
+    steps: list[Step]
+    packages: tuple[str, ...]
+    result: Any = None  # what fn returned
+    error: BaseException | None = None  # what fn raised (the recording stops there)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Iterator[Step]:
+        return iter(self.steps)
+
+    def __getitem__(self, i: int) -> Step:
+        return self.steps[i]
+
+    def __repr__(self) -> str:
+        err = f", error={type(self.error).__name__}" if self.error is not None else ""
+        return f"Recording({len(self.steps)} steps of {', '.join(self.packages)}{err})"
+
+    @property
+    def names(self) -> list[str]:
+        """Dotted names in first-entry order."""
+        return [s.name for s in self.steps]
+
+    def find(self, name_substring: str) -> list[Step]:
+        """Every step whose dotted name contains `name_substring` (first-entry order)."""
+        return [s for s in self.steps if name_substring in s.name]
+
+    def first(self, name_substring: str) -> Step:
+        """The first step whose dotted name contains `name_substring`; LookupError if none."""
+        hits = self.find(name_substring)
+        if not hits:
+            raise LookupError(f"no recorded step's name contains {name_substring!r}")
+        return hits[0]
+
+    def children(self, i: int | None) -> list[Step]:
+        """Steps first entered from step `i` (None: the roots)."""
+        return [s for s in self.steps if s.parent == i]
+
+    def path_to(self, i: int) -> list[Step]:
+        """Step `i` and its watched callers, outermost first."""
+        out = []
+        j: int | None = i
+        while j is not None:
+            out.append(self.steps[j])
+            j = self.steps[j].parent
+        return out[::-1]
+
+    def tree(
+        self,
+        max_depth: int | None = None,
+        collapse: Iterable[str] = (),
+        keep: str | Iterable[str | int] | None = None,
+        locations: bool = True,
+        marks: dict[int, str] | None = None,
+    ) -> str:
+        """The call tree as text (no addresses, no timings).
+
+        max_depth: hide steps deeper than this. collapse: dotted-name prefixes whose callees are
+        hidden (the line says how many). keep: regexes (searched in the dotted name) or step
+        indices selecting the steps to show, together with their callers; others are hidden.
+        marks: step index -> label appended to that line (e.g. a landmark stage).
+        """
+        collapse = tuple(collapse)
+        marks = marks or {}
+        shown: set[int] | None = None
+        if keep is not None:
+            wanted = [keep] if isinstance(keep, str) else list(keep)
+            shown = set()
+            for s in self.steps:
+                if any(
+                    s.index == w if isinstance(w, int) else re.search(w, s.name) for w in wanted
+                ):
+                    shown.update(p.index for p in self.path_to(s.index))
+        kids: dict[int | None, list[Step]] = {}
+        for s in self.steps:
+            kids.setdefault(s.parent, []).append(s)
+
+        def count(i: int) -> int:
+            return sum(1 + count(c.index) for c in kids.get(i, []))
+
+        lines: list[str] = []
+
+        def walk(parent: int | None) -> None:
+            for s in kids.get(parent, []):
+                if shown is not None and s.index not in shown:
+                    continue
+                if max_depth is not None and s.depth > max_depth:
+                    continue
+                where = f"  ({s.location})" if locations else ""
+                folded = s.name.startswith(collapse) if collapse else False
+                hidden = count(s.index) if folded else 0
+                more = f"  [+{hidden} callees]" if hidden else ""
+                mark = f"  <- {marks[s.index]}" if s.index in marks else ""
+                lines.append(f"{'  ' * s.depth}{s.name}{where}{more}{mark}")
+                if not folded:
+                    walk(s.index)
+
+        walk(None)
+        return "\n".join(lines)
+
+
+def _package_filters(packages: Sequence[str]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(folder prefixes, single files) of the watched packages; clear errors for missing ones."""
+    dirs, files = [], set()
+    for name in packages:
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                spec = importlib.util.find_spec(name)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                raise ModuleNotFoundError(
+                    f"record_calls: there is no package named {name!r} to watch"
+                )
+            raise ImportError(
+                f"record_calls: package {name!r} is not imported, so none of its functions can "
+                f"run: `import {name}` first, or leave it out of packages="
+            )
+        path = getattr(module, "__file__", None)
+        if path is None:
+            raise ImportError(f"record_calls: {name!r} has no source files to watch")
+        if hasattr(module, "__path__"):  # a package: every file under its folder
+            dirs.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+        else:
+            files.add(os.path.abspath(path))
+    return tuple(dirs), frozenset(files)
+
+
+def record_calls(
+    fn: Callable[..., Any],
+    *args: Any,
+    packages: Sequence[str] = DEFAULT_PACKAGES,
+    max_depth: int | None = None,
+    **kwargs: Any,
+) -> Recording:
+    """Run `fn(*args, **kwargs)` once and record the functions of `packages` that ran.
+
+    A step is a function at its first entry from a given chain of watched callers (a calling
+    context tree: later entries along the same chain only count in `Step.calls`); frames of
+    other packages are transparent (a step's parent is its nearest watched caller), and imports
+    triggered during the call (module bodies and all they run) are left out. If `fn` raises, the
+    exception is re-raised carrying the partial recording as `err.recording`.
+    """
+    if isinstance(packages, str):
+        packages = (packages,)
+    dirs, files = _package_filters(packages)
+    steps: list[Step] = []
+    seen: dict[tuple[int | None, CodeType], int] = {}  # (caller step, code) -> step
+    watched: dict[CodeType, bool] = {}  # code object -> belongs to a watched package
+    relpaths: dict[str, str] = {}
+    # one entry per live Python frame: (index of the nearest watched step, suppressed?)
+    stack: list[tuple[int | None, bool]] = []
+
+    def on_event(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            code = frame.f_code
+            parent, suppressed = stack[-1] if stack else (None, False)
+            if suppressed:
+                stack.append((parent, True))
+                return
+            if code.co_name == "<module>":  # an import: not part of the path being read
+                stack.append((parent, True))
+                return
+            mine = watched.get(code)
+            if mine is None:
+                filename = code.co_filename
+                mine = watched[code] = filename.startswith(dirs) or filename in files
+            if not mine:
+                stack.append((parent, False))
+                return
+            key = (parent, code)
+            index = seen.get(key)
+            if index is None:
+                depth = 0 if parent is None else steps[parent].depth + 1
+                if max_depth is not None and depth > max_depth:
+                    stack.append((parent, True))
+                    return
+                index = seen[key] = len(steps)
+                filename = code.co_filename
+                relpath = relpaths.get(filename)
+                if relpath is None:
+                    relpath = relpaths[filename] = package_root(filename)[1]
+                module = frame.f_globals.get("__name__", "?")
+                steps.append(
+                    Step(
+                        index=index,
+                        name=f"{module}.{code.co_qualname}",
+                        module=module,
+                        qualname=code.co_qualname,
+                        relpath=relpath,
+                        line=code.co_firstlineno,
+                        depth=depth,
+                        parent=parent,
+                        code=code,
+                    )
+                )
+            else:
+                steps[index].calls += 1
+            stack.append((index, False))
+        elif event == "return":
+            if stack:  # frames that started before the recording return without a push
+                stack.pop()
+
+    recording = Recording(steps=steps, packages=tuple(packages))
+    previous = sys.getprofile()
+    sys.setprofile(on_event)
+    try:
+        recording.result = fn(*args, **kwargs)
+    except BaseException as err:
+        sys.setprofile(previous)
+        recording.error = err
+        try:
+            err.recording = recording  # type: ignore[attr-defined]
+            err.add_note(
+                f"record_calls: {len(steps)} steps were recorded before the error "
+                "(see err.recording)"
+            )
+        except (AttributeError, TypeError):
+            pass
+        raise
+    finally:
+        sys.setprofile(previous)
+    return recording
+
+
+def record_compile(
+    fn: Callable[..., Any],
+    *args: Any,
+    backend: Any = "inductor",
+    packages: Sequence[str] = DEFAULT_PACKAGES,
+    max_depth: int | None = None,
+    **compile_kwargs: Any,
+) -> Recording:
+    """Record the first call of `torch.compile(fn, backend=backend, **compile_kwargs)(*args)`.
+
+    Dynamo's cache entries for `fn`'s code object are dropped first, and the FX graph and
+    AOTAutograd caches are off during the call, so the whole path runs (lowering and code
+    generation included) even after an earlier compile warmed the caches.
+    """
+    import torch
+    import torch._dynamo
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "forward", None), "__code__", None)
+    if code is not None:
+        torch._dynamo.eval_frame.reset_code(code)
+    compiled = torch.compile(fn, backend=backend, **compile_kwargs)
+    with ExitStack() as stack:
+        stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+        stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+        return record_calls(compiled, *args, packages=packages, max_depth=max_depth)
+
+
+# --------------------------------------------------------------------------------------------
+# Landmarks
+# --------------------------------------------------------------------------------------------
+
+
+class Landmark(NamedTuple):
+    """A stage of the compile path and a regex that the dotted name of its function matches."""
+
+    stage: str
+    pattern: str
+
+
+# In the order the first call of torch.compile(f, backend="inductor") enters them in torch 2.13
+# (recorded, see notebook 01). Guards are built last: Dynamo first translates the frame and
+# compiles the graph (backend, AOTAutograd, Inductor all run inside `_compile`), then
+# `CheckFunctionManager` turns the guards collected while tracing into the check function
+# stored with the cache entry. The first match of each pattern is the one that counts.
+LANDMARKS: list[Landmark] = [
+    Landmark(
+        "entry wrapper",
+        r"torch\._dynamo\.eval_frame\."
+        r"(_TorchDynamoContext\.__call__\.<locals>\.\w+|OptimizedModule\.\w+)",
+    ),
+    Landmark(
+        "frame hook / convert frame",
+        r"torch\._dynamo\.convert_frame\.(CatchErrorsWrapper|ConvertFrame|ConvertFrameAssert)"
+        r"\.__call__",
+    ),
+    Landmark(
+        "bytecode transformation",
+        r"torch\._dynamo\.bytecode_transformation\.transform_code_object",
+    ),
+    Landmark(
+        "InstructionTranslator",
+        r"torch\._dynamo\.symbolic_convert\.InstructionTranslator(Base)?\.run",
+    ),
+    Landmark(
+        "OutputGraph compiles the subgraph",
+        r"torch\._dynamo\.output_graph\.OutputGraph\.compile_subgraph",
+    ),
+    Landmark("backend call", r"torch\._dynamo\.output_graph\.OutputGraph\.call_user_compiler"),
+    Landmark("AOTAutograd", r"torch\._functorch\.aot_autograd\.aot_module_simplified"),
+    Landmark("Inductor lowering", r"torch\._inductor\.graph\.GraphLowering\.run"),
+    Landmark("code generation", r"torch\._inductor\.graph\.GraphLowering\.codegen"),
+    Landmark("guard construction", r"torch\._dynamo\.guards\.CheckFunctionManager\.__init__"),
+]
+
+_BACKEND_STAGES = {
+    "eager": ("AOTAutograd", "Inductor lowering", "code generation"),  # stages it skips
+    "aot_eager": ("Inductor lowering", "code generation"),
+    "inductor": (),
+}
+
+
+def stages_for_backend(backend: str) -> list[str]:
+    """The landmark stages a first call with `backend` ("eager", "aot_eager", "inductor") runs."""
+    if backend not in _BACKEND_STAGES:
+        raise ValueError(f"unknown backend {backend!r}: expected one of {list(_BACKEND_STAGES)}")
+    return [lm.stage for lm in LANDMARKS if lm.stage not in _BACKEND_STAGES[backend]]
+
+
+class LandmarkError(AssertionError):
+    """A landmark stage is missing from a recording or out of order; `.stage` names it."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+class LandmarkMissing(LandmarkError, LookupError):
+    """No recorded function matches the stage's pattern."""
+
+
+class LandmarkOrder(LandmarkError):
+    """The stage was first entered before the stage that should precede it."""
+
+
+def _names(recording: Recording | Iterable[Any]) -> list[str]:
+    out = []
+    for s in recording:
+        out.append(s if isinstance(s, str) else s.name)
+    return out
+
+
+def _match_landmarks(
+    recording: Recording | Iterable[Any],
+    stages: Iterable[str] | None,
+    landmarks: Sequence[Landmark],
+) -> list[tuple[str, int, str]]:
+    names = _names(recording)
+    if stages is None:
+        chosen = list(landmarks)
+    else:
+        wanted = list(stages)
+        known = [lm.stage for lm in landmarks]
+        unknown = [s for s in wanted if s not in known]
+        if unknown:
+            raise ValueError(f"unknown landmark stage(s) {unknown}: known stages are {known}")
+        chosen = [lm for lm in landmarks if lm.stage in wanted]
+    found: list[tuple[str, int, str]] = []
+    for lm in chosen:
+        rx = re.compile(lm.pattern)
+        hits = [i for i, n in enumerate(names) if rx.fullmatch(n)]
+        if not hits:
+            raise LandmarkMissing(
+                lm.stage,
+                f"landmark stage {lm.stage!r} is missing: no recorded function matches "
+                f"{lm.pattern!r} ({len(names)} steps recorded). A torch upgrade may have "
+                "renamed or moved it, or the call took a cached path.",
+            )
+        i = hits[0]
+        if found and i < found[-1][1]:
+            before, j, _ = found[-1]
+            raise LandmarkOrder(
+                lm.stage,
+                f"landmark stage {lm.stage!r} is out of order: {names[i]} (step {i}) ran "
+                f"before stage {before!r} (step {j})",
+            )
+        found.append((lm.stage, i, names[i]))
+    return found
+
+
+def check_landmarks(
+    recording: Recording | Iterable[Any],
+    stages: Iterable[str] | None = None,
+    landmarks: Sequence[Landmark] = LANDMARKS,
+) -> list[tuple[str, str]]:
+    """[(stage, dotted name)] for each landmark stage, in order; LandmarkError names a failure.
+
+    `recording` is a Recording (or any sequence of steps or dotted names, for tests); `stages`
+    picks a subset (e.g. `stages_for_backend("eager")`), checked in the order of `landmarks`.
+    Each stage counts at its first matching step; each must come after the one before it.
+    Missing: LandmarkMissing (also a LookupError); out of order: LandmarkOrder; both are
+    AssertionErrors whose `.stage` is the stage's name.
+    """
+    return [(stage, name) for stage, _, name in _match_landmarks(recording, stages, landmarks)]
+
+
+def landmark_tree(
+    recording: Recording,
+    stages: Iterable[str] | None = None,
+    locations: bool = True,
+    landmarks: Sequence[Landmark] = LANDMARKS,
+) -> str:
+    """The recorded tree cut to the landmark steps and their callers, each landmark marked."""
+    found = _match_landmarks(recording, stages, landmarks)
+    marks = {i: stage for stage, i, _ in found}
+    return recording.tree(keep=list(marks), locations=locations, marks=marks)
+
+
+# --------------------------------------------------------------------------------------------
+# Stepper
+# --------------------------------------------------------------------------------------------
+
+
+def _require_step(recording: Recording, i: int) -> Step:
+    if len(recording) == 0:
+        raise ValueError(
+            "the recording is empty: no function of "
+            f"{', '.join(recording.packages) or 'the watched packages'} ran during the call "
+            "(a compiled function's second call takes the cached path; record its first call, "
+            "e.g. after torch._dynamo.reset())"
+        )
+    if not -len(recording) <= i < len(recording):
+        raise IndexError(f"step {i} does not exist: the recording has {len(recording)} steps")
+    return recording[i]
+
+
+def step_view(recording: Recording, i: int, lines: int = 15) -> SourceView | None:
+    """The first `lines` lines of step `i`'s installed source; None if it has no source file."""
+    step = _require_step(recording, i)
+    try:
+        view = source_view(step.code)
+    except (TypeError, OSError):
+        return None
+    kept = view.code.splitlines()[:lines]
+    last = view.first_line + len(kept) - 1
+    return replace(
+        view,
+        name=step.name,
+        code="\n".join(kept),
+        last_line=last,
+        url=permalink(view.relpath, view.package, view.first_line, last),
+        excerpt=len(kept) < view.last_line - view.first_line + 1,
+    )
+
+
+def step_text(recording: Recording, i: int, lines: int = 15, numbered: bool = True) -> str:
+    """Step `i` as text: dotted name, location, caller, permalink and start of its source.
+
+    numbered=False leaves out the step's position in the recording (which depends on how much
+    ran before it, e.g. a warm or cold on-disk cache), for output compared across runs.
+    """
+    step = _require_step(recording, i)
+    i = step.index
+    caller = recording[step.parent].name if step.parent is not None else "(no watched caller)"
+    head = [step.name]
+    if numbered:
+        head.append(f"  step {i + 1} of {len(recording)}")
+    head += [
+        f"  defined at {step.location}, depth {step.depth}",
+        f"  called from {caller}",
+    ]
+    view = step_view(recording, i, lines)
+    if view is None:
+        return "\n".join(head + ["  (no Python source: created at run time)"])
+    return "\n".join(head + [f"  {view.url}", "", view.code])
+
+
+def _step_html(recording: Recording, i: int, lines: int) -> str:
+    step = recording[i]
+    view = step_view(recording, i, lines)
+    text = step_text(recording, i, lines)
+    link = f'<a href="{html.escape(view.url)}" target="_blank">permalink</a>' if view else ""
+    head, _, body = text.partition("\n\n")
+    head = head.partition("\n")[2]  # the name is the title already
+    return (
+        f"<b><code>{html.escape(step.name)}</code></b> {link}"
+        f"<pre>{html.escape(head)}</pre><pre>{html.escape(body)}</pre>"
+    )
+
+
+def step_viewer(recording: Recording, start: int = 0, lines: int = 15) -> Any:
+    """An ipywidgets slider over the steps; its content is `step_text` (as HTML)."""
+    import ipywidgets as widgets
+
+    _require_step(recording, start)
+    slider = widgets.IntSlider(
+        value=start, min=0, max=len(recording) - 1, description="step", continuous_update=False
+    )
+    view = widgets.HTML(value=_step_html(recording, start, lines))
+
+    def update(change: dict[str, Any]) -> None:
+        view.value = _step_html(recording, change["new"], lines)
+
+    slider.observe(update, names="value")
+    return widgets.VBox([slider, view])
+
+
+# --------------------------------------------------------------------------------------------
+# Recording backend
+# --------------------------------------------------------------------------------------------
+
+
+def _target_name(target: Any) -> str:
+    """A stable name for an FX node target: torch.sin, operator.add, aten.mul.Tensor."""
+    import torch
+    from torch.fx.node import _get_qualified_name
+
+    if isinstance(target, str):
+        return target
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(target)
+    try:
+        name = _get_qualified_name(target)
+    except Exception:  # noqa: BLE001 - any odd callable still gets a readable name
+        module = getattr(target, "__module__", None) or "?"
+        name = f"{module}.{getattr(target, '__qualname__', type(target).__name__)}"
+    if name.startswith("_operator."):  # operator.add is _operator.add underneath
+        name = name[1:]
+    return _ADDRESS.sub("<address>", name)
+
+
+def _describe_input(x: Any) -> str:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        dtype = str(x.dtype).removeprefix("torch.")
+        return f"{dtype}[{', '.join(str(d) for d in x.shape)}]"
+    if isinstance(x, torch.SymInt | int):
+        return f"int {x}"
+    return type(x).__name__
+
+
+class RecordingBackend:
+    """A torch.compile backend that keeps each FX GraphModule it is handed.
+
+    `RecordingBackend()` runs the graph as it is (like backend="eager");
+    `RecordingBackend(inner="aot_eager")` (a name or a backend callable) delegates to it.
+    """
+
+    def __init__(self, inner: str | Callable[..., Any] | None = None) -> None:
+        self.inner = inner
+        self.graphs: list[Any] = []  # torch.fx.GraphModule, one per backend call
+        self.inputs: list[list[str]] = []  # per call: "float32[8]"-style descriptions
+
+    def __call__(self, gm: Any, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        self.graphs.append(gm)
+        self.inputs.append([_describe_input(x) for x in example_inputs])
+        if self.inner is None:
+            return gm.forward
+        inner = self.inner
+        if isinstance(inner, str):
+            from torch._dynamo.backends.registry import lookup_backend
+
+            inner = lookup_backend(inner)
+        return inner(gm, example_inputs)
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def reset(self) -> None:
+        """Forget the graphs received so far."""
+        self.graphs.clear()
+        self.inputs.clear()
+
+    def op_counts(self, i: int = -1) -> dict[str, int]:
+        """call_function/call_method/call_module targets of graph `i`, counted, in graph order."""
+        gm = self.graphs[i]
+        counts: Counter[str] = Counter()
+        for node in gm.graph.nodes:
+            if node.op == "call_function":
+                counts[_target_name(node.target)] += 1
+            elif node.op == "call_method":
+                counts[f".{node.target}()"] += 1
+            elif node.op == "call_module":
+                counts[f"self.{node.target}"] += 1
+        return dict(counts)
+
+    def summary(self, code: bool = True) -> str:
+        """Graph count, inputs, op counts and (optionally) gm.code of each graph; no addresses."""
+        out = [f"{len(self.graphs)} graph(s) received"]
+        for i, gm in enumerate(self.graphs):
+            ops = ", ".join(f"{name} x{n}" for name, n in self.op_counts(i).items())
+            out.append(f"graph {i}: inputs [{', '.join(self.inputs[i])}]")
+            out.append(f"  ops: {ops or '(none)'}")
+            if code:
+                out.append(gm.code.strip("\n"))
+        return _ADDRESS.sub("<address>", "\n".join(out))

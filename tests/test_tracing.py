@@ -1,0 +1,245 @@
+"""Tests of helpers.tracing: call-path recorder, landmarks, stepper, recording backend.
+
+One Inductor compile in the whole file (module-scoped fixture); the rest uses eager/aot_eager.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+
+import pytest
+import torch
+import torch._dynamo
+
+from helpers.source import resolve
+from helpers.tracing import (
+    LANDMARKS,
+    LandmarkMissing,
+    LandmarkOrder,
+    Recording,
+    RecordingBackend,
+    check_landmarks,
+    landmark_tree,
+    record_calls,
+    record_compile,
+    stages_for_backend,
+    step_text,
+    step_viewer,
+)
+
+ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
+
+
+X = torch.arange(8.0)
+
+
+def pointwise(x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(x) * 2 + 1
+
+
+def shifted_cos(x: torch.Tensor) -> torch.Tensor:
+    return torch.cos(x) + 1
+
+
+@pytest.fixture(scope="module")
+def eager_recording() -> Recording:
+    return record_compile(shifted_cos, X, backend="eager")
+
+
+@pytest.fixture(scope="module")
+def inductor_recording() -> Recording:
+    return record_compile(pointwise, X, backend="inductor")
+
+
+def test_recorder_tree_on_compiled_function(eager_recording: Recording) -> None:
+    rec = eager_recording
+    assert len(rec) > 50 and rec.error is None
+    torch.testing.assert_close(rec.result, shifted_cos(X))
+    assert rec[0].name.startswith("torch._dynamo.eval_frame._TorchDynamoContext.__call__")
+    assert rec[0].depth == 0 and rec[0].parent is None
+    for step in rec:  # names and locations are computed from the code objects
+        assert step.relpath.startswith("torch/") and step.relpath.endswith(".py")
+        assert step.line == step.code.co_firstlineno
+        if step.parent is not None:
+            assert step.depth == rec[step.parent].depth + 1
+    compile_step = rec.first("torch._dynamo.convert_frame._compile")
+    assert resolve(compile_step.name).__code__ is compile_step.code
+    assert rec.find("transform_code_object") and not rec.find("GraphLowering")
+    text = rec.tree(max_depth=2)
+    assert text.splitlines()[0].startswith("torch._dynamo.eval_frame.")
+    assert max(len(line) - len(line.lstrip()) for line in text.splitlines()) <= 4
+    assert not ADDRESS.search(rec.tree())
+    folded = rec.tree(collapse=["torch._dynamo.convert_frame.CatchErrorsWrapper"])
+    assert "callees]" in folded and len(folded) < len(rec.tree())
+
+
+def test_record_calls_max_depth_and_second_call_is_quiet() -> None:
+    def h(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    compiled = torch.compile(h, backend="eager")
+    x = torch.randn(4)
+    first = record_calls(compiled, x)
+    second = record_calls(compiled, x)  # cached path: no convert_frame, no tracing
+    assert first.find("convert_frame._compile") and not second.find("convert_frame._compile")
+    assert len(second) < len(first) / 10
+    torch.testing.assert_close(second.result, x * 3)
+    shallow = record_compile(h, x, backend="eager", max_depth=1)
+    assert shallow and max(s.depth for s in shallow) == 1
+
+
+def test_error_path_reraises_with_partial_recording() -> None:
+    def broken_backend(gm: torch.fx.GraphModule, example_inputs: list) -> None:
+        raise RuntimeError("backend refuses")
+
+    def k(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    compiled = torch.compile(k, backend=broken_backend)
+    with pytest.raises(Exception, match="backend refuses") as info:
+        record_calls(compiled, torch.randn(3))
+    rec = info.value.recording
+    assert rec.error is info.value and len(rec) > 0
+    assert rec.find("call_user_compiler")  # the path up to the error is kept
+    assert not rec.find("CheckFunctionManager")  # guards are never built
+    assert any("record_calls" in note for note in getattr(info.value, "__notes__", []))
+    assert sys.getprofile() is None  # the profiler is removed on the error path too
+
+
+def test_plain_exception_in_fn_is_reraised() -> None:
+    def fails() -> None:
+        torch.fx.symbolic_trace(lambda x: x + 1)  # runs some torch.fx first
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError) as info:
+        record_calls(fails, packages=("torch.fx",))
+    assert info.value.recording.find("symbolic_trace")
+
+
+def test_package_not_imported_or_missing() -> None:
+    if "tabnanny" in sys.modules:
+        pytest.skip("tabnanny happens to be imported")
+    with pytest.raises(ImportError, match="'tabnanny' is not imported"):
+        record_calls(lambda: None, packages=("tabnanny",))
+    with pytest.raises(ModuleNotFoundError, match="no package named 'torch._no_such'"):
+        record_calls(lambda: None, packages=("torch._no_such",))
+
+
+def test_landmarks_pass_on_pinned_torch(inductor_recording: Recording) -> None:
+    found = check_landmarks(inductor_recording)
+    assert [stage for stage, _ in found] == [lm.stage for lm in LANDMARKS]
+    assert dict(found)["InstructionTranslator"].endswith(".run")
+    text = landmark_tree(inductor_recording)
+    for lm in LANDMARKS:
+        assert f"<- {lm.stage}" in text
+    assert not ADDRESS.search(text)
+    torch.testing.assert_close(inductor_recording.result, pointwise(X))
+
+
+def test_landmarks_per_backend(eager_recording: Recording) -> None:
+    stages = stages_for_backend("eager")
+    assert "AOTAutograd" not in stages and "guard construction" in stages
+    assert [s for s, _ in check_landmarks(eager_recording, stages)] == stages
+    with pytest.raises(LandmarkMissing, match="'AOTAutograd'"):
+        check_landmarks(eager_recording, stages_for_backend("aot_eager"))
+    with pytest.raises(ValueError, match="unknown backend"):
+        stages_for_backend("tvm")
+    with pytest.raises(ValueError, match="unknown landmark stage"):
+        check_landmarks(eager_recording, ["parsing"])
+
+
+# The dotted names check_landmarks found in torch 2.13 (a fake recording needs no compile).
+FAKE_PATH = [
+    "torch._dynamo.eval_frame._TorchDynamoContext.__call__.<locals>.compile_wrapper",
+    "torch._dynamo.convert_frame.CatchErrorsWrapper.__call__",
+    "torch._dynamo.bytecode_transformation.transform_code_object",
+    "torch._dynamo.symbolic_convert.InstructionTranslatorBase.run",
+    "torch._dynamo.output_graph.OutputGraph.compile_subgraph",
+    "torch._dynamo.output_graph.OutputGraph.call_user_compiler",
+    "torch._functorch.aot_autograd.aot_module_simplified",
+    "torch._inductor.graph.GraphLowering.run",
+    "torch._inductor.graph.GraphLowering.codegen",
+    "torch._dynamo.guards.CheckFunctionManager.__init__",
+]
+
+
+def test_fake_recording_missing_stage_names_it() -> None:
+    assert len(check_landmarks(FAKE_PATH)) == len(LANDMARKS)
+    renamed = [n.replace("GraphLowering.run", "GraphLowering.lower") for n in FAKE_PATH]
+    with pytest.raises(LandmarkMissing, match="'Inductor lowering' is missing") as info:
+        check_landmarks(renamed)
+    assert info.value.stage == "Inductor lowering"
+    assert isinstance(info.value, AssertionError) and isinstance(info.value, LookupError)
+    swapped = FAKE_PATH[:]
+    swapped[2], swapped[3] = swapped[3], swapped[2]
+    with pytest.raises(LandmarkOrder, match="'InstructionTranslator' is out of order") as info2:
+        check_landmarks(swapped)
+    assert info2.value.stage == "InstructionTranslator"
+
+
+def test_stepper_on_empty_recording() -> None:
+    empty = Recording(steps=[], packages=("torch._dynamo",))
+    with pytest.raises(ValueError, match="recording is empty"):
+        step_text(empty, 0)
+    with pytest.raises(ValueError, match="recording is empty"):
+        step_viewer(empty)
+
+
+def test_step_text_is_pure_and_viewer_uses_it(eager_recording: Recording) -> None:
+    rec = eager_recording
+    i = rec.first("convert_frame._compile").index
+    text = step_text(rec, i)
+    assert text == step_text(rec, i)  # pure: same input, same text
+    head = text.splitlines()
+    assert head[0] == "torch._dynamo.convert_frame._compile"
+    assert head[1] == f"  step {i + 1} of {len(rec)}"
+    assert step_text(rec, i, numbered=False).splitlines()[1].startswith("  defined at torch/")
+    assert "https://github.com/pytorch/pytorch/blob/" in text and "#L" in text
+    assert "def _compile(" in text and not ADDRESS.search(text)
+    with pytest.raises(IndexError, match="does not exist"):
+        step_text(rec, len(rec))
+    viewer = step_viewer(rec, start=i)
+    slider, html_view = viewer.children
+    assert slider.max == len(rec) - 1 and "_compile" in html_view.value
+    slider.value = 0
+    assert html.escape(rec[0].name) in html_view.value
+
+
+def test_recording_backend_summary() -> None:
+    backend = RecordingBackend()
+    compiled = torch.compile(pointwise, backend=backend)
+    x = torch.randn(8)
+    torch.testing.assert_close(compiled(x), pointwise(x))
+    compiled(x)  # cached: the backend is not called again
+    assert len(backend.graphs) == 1 and backend.inputs[0] == ["float32[8]"]
+    counts = backend.op_counts(0)
+    assert counts == {"torch.sin": 1, "operator.mul": 1, "operator.add": 1}
+    text = backend.summary()
+    assert text.startswith("1 graph(s) received") and "def forward" in text
+    assert not ADDRESS.search(text)
+    torch._dynamo.reset()
+
+
+def test_recording_backend_with_inner_aot_eager_sees_aten_names() -> None:
+    inner_graphs = RecordingBackend()
+
+    def aot_recorder(gm: torch.fx.GraphModule, example_inputs: list):
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(fw_compiler=inner_graphs)(gm, example_inputs)
+
+    outer = RecordingBackend(inner=aot_recorder)
+
+    def m(x: torch.Tensor) -> torch.Tensor:
+        return (x * x).relu()
+
+    x = torch.randn(5)
+    torch.testing.assert_close(torch.compile(m, backend=outer)(x), m(x))
+    assert len(outer) == 1 and len(inner_graphs) == 1
+    assert inner_graphs.op_counts() == {"aten.mul.Tensor": 1, "aten.relu.default": 1}
+    assert not ADDRESS.search(inner_graphs.summary())
+    by_name = RecordingBackend(inner="aot_eager")
+    torch.testing.assert_close(torch.compile(m, backend=by_name)(x + 1), m(x + 1))
+    torch._dynamo.reset()
