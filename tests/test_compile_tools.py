@@ -1,0 +1,192 @@
+"""Unit tests of helpers.compile_tools (eager / aot_eager backends only: fast, no C++ build)."""
+
+from __future__ import annotations
+
+import dis
+import logging
+import re
+
+import pytest
+import torch
+import torch._dynamo
+import torch.nn.functional as F
+from torch import nn
+
+from helpers.compile_tools import (
+    AotGraphs,
+    capture_bytecode,
+    capture_compile_logs,
+    dis_text,
+    explain_summary,
+    generated_kernels,
+    graph_ops,
+    guard_lines,
+    pointwise_chain,
+    sanitize_log,
+    time_alternating,
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _f(x, y):
+    a = x.sin() + y
+    return a * 2
+
+
+def test_capture_bytecode_returns_original_and_transformed() -> None:
+    x = torch.randn(3)
+    with capture_bytecode() as captured:
+        out = torch.compile(_f, backend="eager")(x, x)
+    torch.testing.assert_close(out, _f(x, x))
+    assert [c.name for c in captured] == ["_f"]
+    assert captured[0].original is _f.__code__
+    assert captured[0].transformed is not _f.__code__
+    names = [i.argval for i in dis.get_instructions(captured[0].transformed)]
+    assert any(str(n).startswith("__compiled_fn_") for n in names)
+    assert "sin" in [i.argval for i in dis.get_instructions(captured[0].original)]
+
+
+def test_capture_bytecode_removes_its_hook() -> None:
+    from torch._dynamo import convert_frame
+
+    before = len(convert_frame._bytecode_hooks)
+    with capture_bytecode():
+        assert len(convert_frame._bytecode_hooks) == before + 1
+    assert len(convert_frame._bytecode_hooks) == before
+
+
+def test_dis_text_has_no_offsets_or_uuids() -> None:
+    with capture_bytecode() as captured:
+        torch.compile(_f, backend="eager")(torch.randn(3), torch.randn(3))
+    text = dis_text(captured[0].transformed)
+    assert "__compiled_fn_" in text
+    assert not re.search(r"__compiled_fn_\d+_[0-9a-f]{8}_", text), "uuid left in"
+    assert all(line.split()[0].isupper() for line in text.splitlines())
+    original = dis_text(captured[0].original).splitlines()
+    assert original[0] == "RESUME" and original[-1] == "RETURN_VALUE"
+
+
+def test_guard_log_is_captured_and_sanitized(capfd: pytest.CaptureFixture[str]) -> None:
+    compiled = torch.compile(_f, backend="eager")
+    with capture_compile_logs(guards=True, recompiles=True) as log:
+        compiled(torch.randn(3), torch.randn(3))
+        compiled(torch.randn(4), torch.randn(4))
+    captured = capfd.readouterr()
+    assert "GUARDS" not in captured.err, "log lines leaked to stderr"
+    text = log.text
+    assert "TENSOR_MATCH" in text and "[guards]" in text
+    assert not re.search(r"^[IWEVD]\d{4} \d\d:\d\d:\d\d", text, re.M), "timestamp left in"
+    assert not re.search(r"\b\d{2}:\d{2}:\d{2}\.\d+", text)
+    assert "latency" not in text.lower()
+    assert not re.search(r"0x[0-9a-f]{6,}", text)
+    assert not re.search(r"/tmp/|site-packages", text)
+    recompiles = log.messages("recompiles")
+    assert len(recompiles) == 1
+    assert "size mismatch at index 0. expected 3, actual 4" in recompiles[0]
+
+
+def test_capture_compile_logs_restores_defaults() -> None:
+    with capture_compile_logs(guards=True):
+        pass
+    guards_log = logging.getLogger("torch._dynamo.guards.__guards")
+    assert not guards_log.isEnabledFor(logging.DEBUG) or not guards_log.propagate
+
+
+def test_sanitize_log() -> None:
+    raw = (
+        "V1129 22:50:36.123456 1234 torch/_dynamo/guards.py:12] [0/0] [__guards] GUARDS:\n"
+        "Recompiling function f in /tmp/ipykernel_4321/123456.py:5\n"
+        "___check_obj_id(L['m'], 140234567890123) at 0x7f3a2b1c4d50\n"
+        "Guard eval latency = 110.30 us\n"
+        "__compiled_fn_1_02854bdf_1d8d_4f87_97a9_d835c364141d"
+    )
+    out = sanitize_log(raw)
+    assert out.splitlines() == [
+        "GUARDS:",
+        "Recompiling function f in <cell>:5",
+        "___check_obj_id(L['m'], <id>) at 0xADDR",
+        "__compiled_fn_1",
+    ]
+
+
+def test_guard_lines_drops_comments() -> None:
+    text = (
+        "| | +- TENSOR_MATCH: check_tensor(L['x'], size=[3])  # a = x.sin()  # <cell>:2 in f\n"
+        "| +- GLOBAL_STATE: ___check_global_state()\n"
+        "not a guard line\n"
+    )
+    assert guard_lines(text) == [
+        "TENSOR_MATCH: check_tensor(L['x'], size=[3])",
+        "GLOBAL_STATE: ___check_global_state()",
+    ]
+    assert guard_lines(text, kinds=["GLOBAL_STATE"]) == ["GLOBAL_STATE: ___check_global_state()"]
+
+
+def test_aot_backend_records_forward_and_backward() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    x, y = torch.randn(5, 4), torch.randn(5, 1)
+    aot = AotGraphs()
+    loss = torch.compile(lambda a, b: F.mse_loss(model(a), b), backend=aot)(x, y)
+    loss.backward()
+    assert len(aot.dynamo) == 1 and len(aot.forward) == 1 and len(aot.backward) == 1
+    assert "aten.addmm.default" in graph_ops(aot.forward[0])
+    assert "tangents_1" in aot.backward[0].code
+    assert aot.saved_for_backward() and "tangents_1" not in aot.saved_for_backward()
+    compiled = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    F.mse_loss(model(x), y).backward()
+    for c, p in zip(compiled, model.parameters(), strict=True):
+        torch.testing.assert_close(c, p.grad)
+    summary = aot.summary()
+    assert summary.startswith("dynamo graphs: 1, forward graphs: 1, backward graphs: 1")
+    assert "0x" not in summary
+
+
+def test_aot_backend_applies_decompositions() -> None:
+    from torch._decomp import core_aten_decompositions
+
+    aot = AotGraphs(decompositions=core_aten_decompositions())
+    a = torch.randn(3, requires_grad=True)
+    torch.compile(lambda t: F.mse_loss(t, torch.zeros(3)), backend=aot)(a).backward()
+    ops = graph_ops(aot.forward[0])
+    assert "aten.mse_loss.default" not in ops and "aten.pow.Tensor_Scalar" in ops
+
+
+def test_explain_summary_counts_breaks() -> None:
+    def g(x):
+        x = x + 1
+        torch._dynamo.graph_break()
+        return x.cos()
+
+    summary = explain_summary(torch._dynamo.explain(g)(torch.ones(3)))
+    assert summary["graph_count"] == 2 and summary["graph_break_count"] == 1
+    assert summary["break_reasons"] == ["Call to `torch._dynamo.graph_break()`"]
+    assert "0x" not in repr(summary)
+
+
+def test_generated_kernels_parses_cpu_wrapper() -> None:
+    code = (
+        "cpp_fused_sin_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r'''\n"
+        'extern "C" void kernel(const float* in_ptr0, float* out_ptr0) {}\n'
+        "''')\n\n"
+        "def call(args):\n    pass\n"
+    )
+    kernels = generated_kernels(code)
+    assert list(kernels) == ["cpp_fused_sin_0"]
+    assert kernels["cpp_fused_sin_0"].startswith('extern "C"')
+    assert generated_kernels("no kernels here") == {}
+
+
+def test_time_alternating_and_chain() -> None:
+    x = torch.randn(64)
+    medians = time_alternating({"a": lambda: pointwise_chain(x), "b": lambda: x + 1}, repeats=3)
+    assert set(medians) == {"a", "b"} and all(v > 0 for v in medians.values())
+    expected = (torch.tanh(torch.relu(x.sin() * 2 + x.cos()) * x.sigmoid() - 0.5)) + x * x
+    torch.testing.assert_close(pointwise_chain(x), expected)
