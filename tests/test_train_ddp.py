@@ -1,0 +1,395 @@
+"""Tests of helpers.train_ddp (the torchrun training script) and helpers.torchrun (its launcher).
+
+Each torchrun run costs several seconds (torch is imported by torchrun and by every worker), so
+the runs are few and each checks several things. Rendezvous and sockets stay on loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import train_ddp
+from helpers.torchrun import (
+    TorchrunTimeout,
+    free_port,
+    run_torchrun,
+    start_torchrun,
+    torchrun_command,
+)
+from helpers.train_ddp import CheckpointError, load_checkpoint, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+LOOPBACK = {"GLOO_SOCKET_IFNAME": "lo"}
+MIN_ACCURACY = 0.90  # after 3 epochs on 2 ranks; measured 0.955
+
+
+def _train(out_dir: Path, *extra: str, env: dict | None = None, **kwargs):
+    """Run the training script under torchrun (through helpers.torchrun) on this machine."""
+    args = ["-m", "helpers.train_ddp", "--out-dir", str(out_dir), "--device", "cpu", *extra]
+    return run_torchrun(args, timeout_s=300, env={**LOOPBACK, **(env or {})}, **kwargs)
+
+
+def _history(out_dir: Path) -> list[dict]:
+    return load_checkpoint(out_dir / "last.pt")["history"]
+
+
+def _alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as gone: it runs nothing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 15) -> list[int]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+# --------------------------------------------------------------------------------------------
+# the data and the command line (in-process, cheap)
+# --------------------------------------------------------------------------------------------
+
+
+def test_shipped_digits_load_with_numpy_only() -> None:
+    with np.load(ROOT / "data" / "digits.npz") as d:  # allow_pickle=False: arrays only
+        shapes = {k: d[k].shape for k in d.files}
+        y = np.concatenate([d["y_train"], d["y_test"]])
+        assert d["x_train"].dtype == np.uint8 and d["x_train"].max() <= 16
+    assert shapes["x_train"][1:] == (8, 8) and shapes["x_test"][1:] == (8, 8)
+    assert shapes["x_train"][0] + shapes["x_test"][0] == 1797  # the UCI test set in sklearn
+    assert sorted(set(y.tolist())) == list(range(10))
+    data = train_ddp.load_digits()
+    assert data["x_train"].shape == (1438, 1, 8, 8) and float(data["x_train"].max()) <= 1.0
+
+
+def test_help_lists_the_classic_options() -> None:
+    text = train_ddp.build_parser().format_help()
+    options = "--epochs --batch-size --lr --lrf --syncBN --weights --freeze-layers --device"
+    for opt in (options + " --seed --out-dir --resume --data").split():
+        assert opt in text, opt
+    with pytest.raises(SystemExit) as info:
+        train_ddp.build_parser().parse_args(["--help"])
+    assert info.value.code == 0
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoints: round trip, truncated, foreign, malicious
+# --------------------------------------------------------------------------------------------
+
+
+def _checkpoint() -> dict:
+    model = train_ddp.DigitsNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=3, eta_min=0.01)
+    return {
+        "format": train_ddp.CHECKPOINT_FORMAT,
+        "epoch": 1,
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": [train_ddp._rng_state()],
+        "history": [{"epoch": 1, "loss": 0.5, "accuracy": 0.9, "lr": 0.1, "attempt": 0}],
+        "args": {"epochs": 3, "out_dir": "runs/x", "syncBN": False, "weights": ""},
+    }
+
+
+def test_checkpoint_round_trip_is_weights_only_and_atomic(tmp_path: Path) -> None:
+    path = tmp_path / "ck" / "last.pt"
+    save_checkpoint(_checkpoint(), path)
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"]  # no temp file left
+    ck = load_checkpoint(path)  # weights_only=True inside: RNG states are tensors/plain types
+    before = torch.get_rng_state()
+    train_ddp._set_rng_state(ck["rng"][0])
+    assert ck["history"][0]["epoch"] == 1 and isinstance(ck["rng"][0]["torch"], torch.Tensor)
+    torch.set_rng_state(before)
+
+
+def test_truncated_checkpoint_is_rejected_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(_checkpoint(), path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt") as info:
+        load_checkpoint(path)
+    assert info.value.__suppress_context__  # one clear line, not the zip reader's stack
+    with pytest.raises(CheckpointError, match="no such checkpoint file"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_foreign_checkpoint_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "weights.pt"
+    torch.save({"weight": torch.ones(2)}, path)
+    with pytest.raises(CheckpointError, match="not a checkpoint written by helpers.train_ddp"):
+        load_checkpoint(path)
+    assert load_checkpoint(path, require_format=False)["weight"].shape == (2,)
+    path.write_text("hello, I am a text file\n")
+    with pytest.raises(CheckpointError, match="not a (complete )?PyTorch checkpoint"):
+        load_checkpoint(path)
+
+
+class _Evil:
+    """Unpickling this runs code: it would create the marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("writer", ["torch.save", "pickle.dump"])
+def test_malicious_pickle_is_refused_without_running_it(tmp_path: Path, writer: str) -> None:
+    marker = tmp_path / "pwned"
+    path = tmp_path / "last.pt"
+    payload = {"format": train_ddp.CHECKPOINT_FORMAT, "model": _Evil(marker)}
+    if writer == "torch.save":
+        torch.save(payload, path)
+    else:  # the legacy (non-zip) format torch.load also reads
+        path.write_bytes(pickle.dumps(payload, protocol=2))
+    with pytest.raises(CheckpointError, match="refused to load") as info:
+        load_checkpoint(path)
+    assert "system" in str(info.value)  # names the global it refused
+    assert not marker.exists()
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+def test_cli_reports_a_bad_checkpoint_in_one_line(tmp_path: Path, capsys) -> None:
+    (tmp_path / "last.pt").write_bytes(b"PK\x03\x04" + b"\0" * 64)  # a zip header, no zip
+    code = train_ddp.main(["--resume", "--out-dir", str(tmp_path), "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+def test_single_process_resume_and_restart_order(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Without torchrun: --resume continues; a restart prefers out-dir's last.pt to --resume."""
+    out = ["--out-dir", str(tmp_path), "--batch-size", "128"]
+    assert train_ddp.main(["--epochs", "2", "--lrf", "1", *out]) == 0 and "RANK" not in os.environ
+    one = tmp_path / "one.pt"  # an older checkpoint: after epoch 1 only
+    ck = load_checkpoint(tmp_path / "last.pt")
+    save_checkpoint({**ck, "epoch": 1, "history": ck["history"][:1]}, one)
+    assert train_ddp.main(["--epochs", "3", "--lrf", "1", "--resume", *out]) == 0
+    assert "resume: " in capsys.readouterr().out
+    assert [h["epoch"] for h in _history(tmp_path)] == [1, 2, 3]
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # as torchrun sets it on a restart
+    assert train_ddp.main(["--epochs", "3", "--resume", str(one), *out]) == 0
+    assert "restart: " in capsys.readouterr().out  # from last.pt (3 epochs), not one.pt
+    assert [(h["epoch"], h["attempt"]) for h in _history(tmp_path)] == [(1, 0), (2, 0), (3, 0)]
+
+
+def test_nothing_in_the_project_loads_with_weights_only_false() -> None:
+    pattern = re.compile(r"\.load\([^)]*weights_only\s*=\s*False", re.S)
+    hits = [
+        str(p.relative_to(ROOT))
+        for folder in ("src", "tests", "notebooks", "benchmarks", "data")
+        if (ROOT / folder).is_dir()
+        for p in (ROOT / folder).rglob("*")
+        if p.suffix in (".py", ".ipynb") and pattern.search(p.read_text(errors="replace"))
+    ]
+    assert hits == []
+
+
+# --------------------------------------------------------------------------------------------
+# real torchrun runs
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """2 CPU ranks, 3 epochs: the reference run several tests read."""
+    out = tmp_path_factory.mktemp("run2")
+    result = _train(out, "--epochs", "3", nproc_per_node=2)
+    assert result.returncode == 0, result.tail()
+    (out / "log.txt").write_text(result.log)
+    return out
+
+
+def test_two_ranks_train_to_accuracy(trained: Path) -> None:
+    history = _history(trained)
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert {h["world_size"] for h in history} == {2}
+    assert history[-1]["accuracy"] >= MIN_ACCURACY, history
+    lrs = [h["lr"] for h in history]
+    assert lrs[0] == pytest.approx(0.05) and lrs == sorted(lrs, reverse=True)  # cosine decay
+    log = (trained / "log.txt").read_text()
+    # rank 0 alone logs: one header, one bar and one line per epoch, one summary
+    assert len(re.findall(r"(?m)^train_ddp: 2 process", log)) == 1
+    assert len(re.findall(r"(?m)^epoch \d/3 \[#+\] 23/23$", log)) == 3
+    assert len(re.findall(r"(?m)^epoch \d/3  loss ", log)) == 3
+    assert len(re.findall(r"(?m)^done: 3 epochs, final accuracy", log)) == 1
+
+
+def test_weights_freeze_and_cpu_syncbn(trained: Path, tmp_path: Path) -> None:
+    pytest.importorskip("helpers.syncbn")
+    start = load_checkpoint(trained / "last.pt")["model"]
+    result = _train(
+        tmp_path,
+        "--epochs", "1", "--weights", str(trained / "last.pt"), "--freeze-layers", "--syncBN",
+        nproc_per_node=2,
+    )  # fmt: skip
+    assert result.returncode == 0, result.tail()
+    assert "weights: loaded 20/20 tensors" in result.log
+    assert "syncBN True" in result.log
+    ck = load_checkpoint(tmp_path / "last.pt")
+    frozen = [k for k in start if k.startswith("features.") and k.endswith(".weight")]
+    assert frozen and all(torch.equal(ck["model"][k], start[k]) for k in frozen)
+    assert not torch.equal(ck["model"]["classifier.weight"], start["classifier.weight"])
+    assert ck["history"][-1]["accuracy"] >= MIN_ACCURACY
+
+
+def test_killed_worker_restarts_and_every_epoch_runs_once(trained: Path, tmp_path: Path) -> None:
+    result = _train(
+        tmp_path, "--epochs", "3", nproc_per_node=2, max_restarts=1,
+        env={train_ddp.KILL_ENV: "1:2"},  # rank 1 SIGKILLs itself halfway through epoch 2
+    )  # fmt: skip
+    assert result.returncode == 0, result.tail()
+    assert "rank 1 kills itself" in result.log and "holds 1 epoch(s)" in result.log
+    history = _history(tmp_path)
+    assert [h["epoch"] for h in history] == [1, 2, 3]  # none lost, none repeated
+    assert [h["attempt"] for h in history] == [0, 1, 1]
+    # resuming from the checkpoint continues exactly: same numbers as the uninterrupted run
+    reference = _history(trained)
+    for got, want in zip(history, reference, strict=True):
+        assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+        assert got["accuracy"] == pytest.approx(want["accuracy"])
+
+
+def test_two_nodes_on_one_machine_train_together(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"
+    common = ["-m", "helpers.train_ddp", "--epochs", "2", "--out-dir", str(tmp_path)]
+    nodes = [
+        start_torchrun(
+            common,
+            nnodes=2,
+            nproc_per_node=1,
+            node_rank=rank,
+            rdzv_endpoint=endpoint,
+            rdzv_id="two-nodes",
+            env=LOOPBACK,
+            log_path=tmp_path / f"node{rank}.log",
+        )  # fmt: skip
+        for rank in (0, 1)
+    ]
+    results = [node.wait(timeout_s=300) for node in nodes]
+    assert [r.returncode for r in results] == [0, 0], [r.tail() for r in results]
+    history = _history(tmp_path)
+    assert [h["epoch"] for h in history] == [1, 2] and history[-1]["world_size"] == 2
+    # exactly one node hosts global rank 0, and only it logs
+    assert sum("train_ddp: 2 process(es)" in r.log for r in results) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# helpers.torchrun: no worker outlives its caller
+# --------------------------------------------------------------------------------------------
+
+SLEEPER = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    Path(sys.argv[1], "worker%s.pid" % os.environ["LOCAL_RANK"]).write_text(str(os.getpid()))
+    time.sleep(300)
+    """
+)
+
+
+def _worker_pids(folder: Path, n: int = 2, timeout_s: float = 120) -> list[int]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        files = sorted(folder.glob("worker*.pid"))
+        if len(files) == n and all(f.read_text() for f in files):
+            return [int(f.read_text()) for f in files]
+        time.sleep(0.1)
+    raise AssertionError(f"workers did not start: {list(folder.iterdir())}")
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_plain_torchrun_leaves_workers_behind_when_killed(tmp_path: Path) -> None:
+    """The problem helpers.torchrun solves (if this starts failing, torchrun changed)."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+           str(script), str(tmp_path)]  # fmt: skip
+    env = {**os.environ, **LOOPBACK, "OMP_NUM_THREADS": "1"}
+    torchrun = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = _worker_pids(tmp_path)
+    try:
+        torchrun.kill()
+        torchrun.wait()
+        survivors = _wait_gone(pids, timeout_s=3)
+        assert survivors == pids  # orphans, in sessions of their own
+    finally:
+        _kill_all(pids)
+
+
+def test_killing_the_caller_kills_torchrun_and_every_worker(tmp_path: Path) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    parent_code = textwrap.dedent(
+        f"""
+        import time
+        from helpers.torchrun import start_torchrun
+        p = start_torchrun([{str(script)!r}, {str(tmp_path)!r}], nproc_per_node=2,
+                           log_path={str(tmp_path / "torchrun.log")!r})
+        print(p.pid, flush=True)
+        time.sleep(300)
+        """
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, **LOOPBACK},
+    )  # fmt: skip
+    torchrun_pid = int(parent.stdout.readline())
+    pids = _worker_pids(tmp_path)
+    try:
+        parent.kill()  # SIGKILL: no handler, no atexit, nothing runs in the caller
+        parent.wait()
+        assert _wait_gone([torchrun_pid, *pids]) == []
+    finally:
+        _kill_all(pids)
+        parent.stdout.close()
+
+
+def test_stop_and_timeout_end_every_worker(tmp_path: Path) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    proc = start_torchrun([str(script), str(tmp_path)], nproc_per_node=2, env=LOOPBACK)
+    pids = _worker_pids(tmp_path)
+    try:
+        with pytest.raises(TorchrunTimeout, match="workers were stopped") as info:
+            proc.wait(timeout_s=0.5)
+        assert info.value.result.returncode != 0
+        assert not proc.log_path.exists()  # its temporary log was read, then removed
+        assert _wait_gone([proc.pid, *pids]) == []
+    finally:
+        _kill_all(pids)
+
+
+def test_command_keeps_rendezvous_on_loopback() -> None:
+    cmd = torchrun_command(["-m", "helpers.train_ddp"], nproc_per_node=2)
+    assert any(re.fullmatch(r"--rdzv-endpoint=127\.0\.0\.1:\d+", a) for a in cmd)
+    assert "--local-addr=127.0.0.1" in cmd and "--no-python" in cmd
+    assert cmd.count("--exec-with-pdeathsig") == 2  # torchrun and each worker are wrapped
