@@ -81,7 +81,9 @@ def test_results_larger_than_a_pipe_buffer_come_back() -> None:
 def test_notebook_function_is_refused_before_anything_starts() -> None:
     fn = types.FunctionType(w.sum_worker.__code__, {}, "defined_in_notebook")
     fn.__module__ = "__main__"
-    with pytest.raises(ValueError, match=r"defined in the notebook \(module __main__.*Put it in a module"):
+    with pytest.raises(
+        ValueError, match=r"defined in the notebook \(module __main__.*Put it in a module"
+    ):
         launch(fn, 2)
     with pytest.raises(ValueError, match="lambdas and nested functions"):
         launch(lambda rank, ws: rank, 2)
