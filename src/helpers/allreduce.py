@@ -1,0 +1,667 @@
+"""All-reduce from scratch: naive, master and ring algorithms on point-to-point messages.
+
+Used by: notebook 05 (all-reduce from scratch), tests/test_allreduce.py, benchmarks/allreduce.py.
+Runs inside a process group started by `helpers.launch.launch`: gloo on CPU, or NCCL with one
+GPU per rank (tensors live on `helpers.launch.current_device()`); the pure parts (ring
+simulation, byte formulas, alpha-beta model, step text) need no process group.
+
+    naive_allreduce(t)    every rank sends its whole tensor to every other rank, then sums
+    master_allreduce(t)   everyone sends to rank 0, which sums and sends the result back
+    ring_allreduce(t)     N chunks; reduce-scatter for N-1 steps, then all-gather for N-1 steps
+
+All three reduce in place, with `op` SUM or AVG, for every world size N >= 1, every number of
+elements (also not a multiple of N, also zero), any shape, contiguous or not. AVG of an integer
+tensor is refused with a TypeError: the mean of integers is not an integer, and silently
+rounding (as a floor or a truncation) would hide that; reduce with SUM and divide as you mean to.
+
+Before any data moves, every call checks that all ranks agree on shape, dtype and op (one
+`all_gather_object` of a tiny tuple): gloo would otherwise abort the receiving process with
+SIGABRT, and NCCL would hang or read garbage. The error names each rank and what it passed.
+
+Every point-to-point message goes through one function, `p2p_round` (post a round of sends and
+receives with `dist.batch_isend_irecv`, then wait for all of them), and `count_p2p()` counts
+what passes through it: bytes and messages sent and received, and steps (= rounds). It wraps
+our chokepoint rather than patching `torch.distributed.isend`: `dist.P2POp` accepts only the
+genuine `dist.isend`/`dist.irecv` objects (an identity check), so a patched function would break
+`batch_isend_irecv`, which NCCL needs so that a rank's send and receive cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import html
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from helpers.launch import current_device
+
+__all__ = [
+    "ALGORITHMS",
+    "naive_allreduce",
+    "master_allreduce",
+    "ring_allreduce",
+    "p2p_round",
+    "P2PCount",
+    "count_p2p",
+    "check_agreement",
+    "chunk_bounds",
+    "ring_schedule",
+    "expected_p2p",
+    "alpha_beta_time",
+    "RingStep",
+    "RingSimulation",
+    "simulate_ring",
+    "ring_step_text",
+    "ring_step_viewer",
+    "compare_worker",
+    "summarize_compare",
+    "timing_worker",
+    "busbw_gbps",
+]
+
+_Number = int | float
+
+
+# --------------------------------------------------------------------------- byte accounting
+
+
+@dataclass
+class P2PCount:
+    """What one rank sent and received through `p2p_round` while a `count_p2p()` was open."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    messages_sent: int = 0
+    messages_received: int = 0
+    steps: int = 0  # rounds: post sends and receives, then wait for all of them
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a plain dict (what a worker returns to the parent)."""
+        return dict(self.__dict__)
+
+
+_ACTIVE: list[P2PCount] = []  # open counters (nested counters all see every message)
+
+
+@contextlib.contextmanager
+def count_p2p() -> Iterator[P2PCount]:
+    """Count the bytes, messages and steps that `p2p_round` moves on this rank inside the block."""
+    counter = P2PCount()
+    _ACTIVE.append(counter)
+    try:
+        yield counter
+    finally:
+        _ACTIVE.remove(counter)
+
+
+def p2p_round(
+    sends: Sequence[tuple[torch.Tensor, int]],
+    recvs: Sequence[tuple[torch.Tensor, int]],
+    group: dist.ProcessGroup | None = None,
+) -> None:
+    """One step: send each (tensor, peer) and receive into each (tensor, peer), then wait.
+
+    Peers are ranks inside `group`. Every point-to-point message of this module goes through
+    here, which is what `count_p2p` observes. An empty round does nothing and is not a step.
+    """
+    if not sends and not recvs:
+        return
+    for counter in _ACTIVE:
+        counter.steps += 1
+        counter.messages_sent += len(sends)
+        counter.messages_received += len(recvs)
+        counter.bytes_sent += sum(t.numel() * t.element_size() for t, _ in sends)
+        counter.bytes_received += sum(t.numel() * t.element_size() for t, _ in recvs)
+    # empty messages are counted but not posted: both ends know the size, nothing to carry
+    ops = [dist.P2POp(dist.isend, t, group=group, group_peer=p) for t, p in sends if t.numel()]
+    ops += [dist.P2POp(dist.irecv, t, group=group, group_peer=p) for t, p in recvs if t.numel()]
+    for work in dist.batch_isend_irecv(ops) if ops else []:
+        work.wait()
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+def _op_name(op: Any) -> str:
+    name = op.upper() if isinstance(op, str) else getattr(op, "name", str(op)).upper()
+    if name not in ("SUM", "AVG"):
+        raise ValueError(f"op must be ReduceOp.SUM or ReduceOp.AVG (or 'sum'/'avg'), got {op!r}")
+    return name
+
+
+_HEADER_DIMS = 12  # dims carried by the agreement header; more are summarized by numel
+_DTYPE_NAMES = sorted({str(v) for v in vars(torch).values() if isinstance(v, torch.dtype)})
+_OPS = ("SUM", "AVG")
+
+
+def check_agreement(
+    tensor: torch.Tensor, op: Any = "sum", group: dist.ProcessGroup | None = None
+) -> None:
+    """Raise ValueError on every rank unless all ranks pass the same shape, dtype and op.
+
+    One `all_gather` of a small int64 header (ndim, numel, dtype, op, dims) runs first, so a
+    disagreement is reported before any tensor data moves, naming every rank and what it
+    passed. (`all_gather_object` would do too, but costs three collectives and pickling.)
+    """
+    dims = list(tensor.shape)[:_HEADER_DIMS]
+    header = [tensor.dim(), tensor.numel(), _DTYPE_NAMES.index(str(tensor.dtype))]
+    header += [_OPS.index(_op_name(op))] + dims + [-1] * (_HEADER_DIMS - len(dims))
+    mine = torch.tensor(header, dtype=torch.int64, device=current_device())  # (4 + 12,)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(everyone, mine, group=group)
+    rows = [h.tolist() for h in everyone]
+    if any(row != rows[0] for row in rows):
+        described = "; ".join(f"rank {r}: {_describe(row)}" for r, row in enumerate(rows))
+        raise ValueError(
+            "all-reduce inputs disagree across ranks (every rank must pass the same shape, "
+            f"dtype and op; nothing was sent): {described}"
+        )
+
+
+def _describe(header: list[int]) -> str:
+    ndim, numel, dtype, op = header[:4]
+    dims = [str(d) for d in header[4 : 4 + min(ndim, _HEADER_DIMS)]]
+    if ndim > _HEADER_DIMS:
+        dims.append(f"... ({numel} elements)")
+    shape = "(" + ", ".join(dims) + ("," if ndim == 1 else "") + ")"
+    return f"shape {shape} {_DTYPE_NAMES[dtype].removeprefix('torch.')} {_OPS[op]}"
+
+
+def _prepare(tensor: torch.Tensor, op: Any, group: dist.ProcessGroup | None, check: bool):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+    if not dist.is_initialized():
+        raise RuntimeError("no process group: call this inside helpers.launch.launch(...)")
+    name = _op_name(op)
+    if check:
+        check_agreement(tensor, name, group)
+    if name == "AVG" and not (tensor.is_floating_point() or tensor.is_complex()):
+        raise TypeError(
+            f"AVG of a {tensor.dtype} tensor is refused: the mean of integers is not an "
+            "integer. Use ReduceOp.SUM and divide (floor or true division) as you intend."
+        )
+    # (numel,) view of the data, or a contiguous copy that is written back at the end
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+    return name, flat, dist.get_rank(group), dist.get_world_size(group)
+
+
+def _finish(tensor: torch.Tensor, flat: torch.Tensor, name: str, world_size: int) -> torch.Tensor:
+    if name == "AVG":
+        flat.div_(world_size)
+    if not tensor.is_contiguous():  # flat was a contiguous copy: write the result back
+        tensor.copy_(flat.view(tensor.shape))
+    return tensor
+
+
+# --------------------------------------------------------------------------- the algorithms
+
+
+def naive_allreduce(
+    tensor: torch.Tensor,
+    op: Any = dist.ReduceOp.SUM,
+    group: dist.ProcessGroup | None = None,
+    check: bool = True,
+) -> torch.Tensor:
+    """All-reduce in place: every rank sends its whole tensor to every other rank, then sums.
+
+    One step; each rank sends and receives (N-1) * nbytes. Sums in rank order on every rank,
+    so all ranks end with bit-identical results.
+    """
+    name, flat, rank, world_size = _prepare(tensor, op, group, check)
+    if world_size > 1 and flat.numel() > 0:
+        peers = [r for r in range(world_size) if r != rank]
+        inbox = {r: torch.empty_like(flat) for r in peers}  # (numel,) each
+        p2p_round([(flat, r) for r in peers], [(inbox[r], r) for r in peers], group)
+        inbox[rank] = flat.clone()
+        flat.copy_(inbox[0])
+        for r in range(1, world_size):  # rank order: the same float rounding everywhere
+            flat.add_(inbox[r])
+    return _finish(tensor, flat, name, world_size)
+
+
+def master_allreduce(
+    tensor: torch.Tensor,
+    op: Any = dist.ReduceOp.SUM,
+    group: dist.ProcessGroup | None = None,
+    check: bool = True,
+) -> torch.Tensor:
+    """All-reduce in place through rank 0: gather to rank 0, sum there, send the result back.
+
+    Two steps; rank 0 receives (N-1) * nbytes and sends (N-1) * nbytes, every other rank sends
+    and receives nbytes once: the master's link carries N-1 times what a worker's does.
+    """
+    name, flat, rank, world_size = _prepare(tensor, op, group, check)
+    if world_size > 1 and flat.numel() > 0:
+        if rank == 0:
+            inbox = [torch.empty_like(flat) for _ in range(1, world_size)]  # (numel,) each
+            p2p_round([], [(buf, r) for r, buf in enumerate(inbox, start=1)], group)
+            for buf in inbox:
+                flat.add_(buf)
+            p2p_round([(flat, r) for r in range(1, world_size)], [], group)
+        else:
+            p2p_round([(flat, 0)], [], group)
+            p2p_round([], [(flat, 0)], group)
+    return _finish(tensor, flat, name, world_size)
+
+
+def chunk_bounds(numel: int, world_size: int) -> list[tuple[int, int]]:
+    """(start, stop) of each of the `world_size` ring chunks, as `torch.tensor_split` cuts them.
+
+    The first `numel % world_size` chunks hold one element more; chunks may be empty.
+    """
+    base, extra = divmod(numel, world_size)
+    bounds, start = [], 0
+    for i in range(world_size):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def ring_schedule(rank: int, world_size: int, step: int) -> tuple[str, int, int]:
+    """(phase, chunk this rank sends to rank+1, chunk it receives from rank-1) at `step`.
+
+    Steps 0..N-2 are the reduce-scatter (the received chunk is added to ours), steps
+    N-1..2N-3 the all-gather (the received chunk, now complete, replaces ours). After the
+    reduce-scatter rank r holds the complete chunk (r+1) % N.
+    """
+    n = world_size
+    if not 0 <= step < 2 * (n - 1):
+        raise ValueError(f"step must be in [0, {2 * (n - 1)}) for world_size {n}, got {step}")
+    if step < n - 1:
+        return "reduce-scatter", (rank - step) % n, (rank - step - 1) % n
+    s = step - (n - 1)
+    return "all-gather", (rank + 1 - s) % n, (rank - s) % n
+
+
+_SCRATCH: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def _scratch(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A (numel,) receive buffer kept between calls: a fresh multi-MiB allocation per call
+    costs an mmap plus a page fault per 4 KiB page on first touch, measurable at 16 MiB."""
+    buf = _SCRATCH.get((dtype, device))
+    if buf is None or buf.numel() < numel:
+        buf = _SCRATCH[(dtype, device)] = torch.empty(numel, dtype=dtype, device=device)
+    return buf[:numel]
+
+
+def ring_allreduce(
+    tensor: torch.Tensor,
+    op: Any = dist.ReduceOp.SUM,
+    group: dist.ProcessGroup | None = None,
+    check: bool = True,
+) -> torch.Tensor:
+    """All-reduce in place on a ring: reduce-scatter (N-1 steps), then all-gather (N-1 steps).
+
+    The tensor is cut into N chunks (`chunk_bounds`); at each step every rank sends one chunk
+    to its right neighbour and receives one from its left. Each rank sends about
+    2(N-1)/N * nbytes, whatever N: exactly the sum of the chunks `ring_schedule` names.
+    """
+    name, flat, rank, world_size = _prepare(tensor, op, group, check)
+    if world_size > 1 and flat.numel() > 0:
+        chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world_size)]
+        right, left = (rank + 1) % world_size, (rank - 1) % world_size
+        inbox = _scratch(chunks[0].numel(), flat.dtype, flat.device)  # (largest chunk,)
+        for step in range(2 * (world_size - 1)):
+            phase, send_i, recv_i = ring_schedule(rank, world_size, step)
+            if phase == "reduce-scatter":
+                buf = inbox[: chunks[recv_i].numel()]
+                p2p_round([(chunks[send_i], right)], [(buf, left)], group)
+                chunks[recv_i].add_(buf)
+            else:  # the received chunk is final: receive straight into place
+                p2p_round([(chunks[send_i], right)], [(chunks[recv_i], left)], group)
+    return _finish(tensor, flat, name, world_size)
+
+
+ALGORITHMS = {"naive": naive_allreduce, "master": master_allreduce, "ring": ring_allreduce}
+
+
+# --------------------------------------------------------------------------- cost model
+
+
+def expected_p2p(
+    algorithm: str, numel: int, element_size: int, world_size: int, rank: int
+) -> dict[str, int]:
+    """The exact bytes sent/received and steps of `algorithm` on `rank` (what count_p2p sees)."""
+    nbytes, n = numel * element_size, world_size
+    if n == 1 or numel == 0:
+        return {"bytes_sent": 0, "bytes_received": 0, "steps": 0}
+    if algorithm == "naive":
+        return {"bytes_sent": (n - 1) * nbytes, "bytes_received": (n - 1) * nbytes, "steps": 1}
+    if algorithm == "master":
+        per = (n - 1) * nbytes if rank == 0 else nbytes
+        return {"bytes_sent": per, "bytes_received": per, "steps": 2}
+    if algorithm == "ring":
+        sizes = [(b - a) * element_size for a, b in chunk_bounds(numel, n)]
+        sent = sum(sizes[ring_schedule(rank, n, s)[1]] for s in range(2 * (n - 1)))
+        received = sum(sizes[ring_schedule(rank, n, s)[2]] for s in range(2 * (n - 1)))
+        return {"bytes_sent": sent, "bytes_received": received, "steps": 2 * (n - 1)}
+    raise ValueError(f"unknown algorithm {algorithm!r}: use one of {sorted(ALGORITHMS)}")
+
+
+def alpha_beta_time(
+    algorithm: str, nbytes: float, world_size: int, alpha: float, beta: float
+) -> float:
+    """Modelled seconds: alpha per message step, beta per byte through the busiest rank's link.
+
+    One port per rank (it sends one message at a time):
+    naive (N-1)(alpha + n beta); master 2(N-1)(alpha + n beta) at rank 0;
+    ring 2(N-1) alpha + 2(N-1)/N n beta.
+    """
+    n = world_size
+    if n == 1:
+        return 0.0
+    if algorithm == "naive":
+        return (n - 1) * (alpha + nbytes * beta)
+    if algorithm == "master":
+        return 2 * (n - 1) * (alpha + nbytes * beta)
+    if algorithm == "ring":
+        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
+    raise ValueError(f"unknown algorithm {algorithm!r}: use one of {sorted(ALGORITHMS)}")
+
+
+def busbw_gbps(nbytes: float, seconds: float, world_size: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce: algbw * 2(N-1)/N, in GB/s (1e9 bytes)."""
+    algbw = nbytes / seconds / 1e9
+    return algbw * 2 * (world_size - 1) / world_size
+
+
+# --------------------------------------------------------------------------- ring simulation
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """The state of every rank after one step of the simulated ring (step 0: the inputs)."""
+
+    step: int
+    phase: str  # "start", "reduce-scatter" or "all-gather"
+    transfers: tuple[tuple[int, int, int], ...]  # (from rank, to rank, chunk) this step
+    owners: tuple[tuple[frozenset[int], ...], ...]  # [rank][chunk]: ranks summed in it
+    values: tuple[tuple[tuple[_Number, ...], ...], ...]  # [rank][chunk]: the partial sums
+
+
+@dataclass(frozen=True)
+class RingSimulation:
+    """A ring all-reduce computed in one process: every step of every rank, for teaching."""
+
+    world_size: int
+    bounds: tuple[tuple[int, int], ...]
+    steps: tuple[RingStep, ...] = field(repr=False)
+
+    def result(self, rank: int) -> list[_Number]:
+        """Rank `rank`'s tensor after the last step, flattened."""
+        return [v for chunk in self.steps[-1].values[rank] for v in chunk]
+
+
+def simulate_ring(inputs: Sequence[Sequence[_Number]]) -> RingSimulation:
+    """Run the ring all-reduce (SUM) on `inputs[rank]` lists in one process, step by step.
+
+    Uses the same `chunk_bounds` and `ring_schedule` as `ring_allreduce`.
+    """
+    n = len(inputs)
+    if n < 1:
+        raise ValueError("simulate_ring needs at least one rank's input")
+    lengths = [len(x) for x in inputs]
+    if len(set(lengths)) != 1:
+        described = ", ".join(f"rank {r}: {m}" for r, m in enumerate(lengths))
+        raise ValueError(f"every rank needs the same number of elements, got {described}")
+    bounds = tuple(chunk_bounds(lengths[0], n))
+    values = [[tuple(x[a:b]) for a, b in bounds] for x in inputs]
+    owners = [[frozenset([r]) for _ in bounds] for r in range(n)]
+    steps = [RingStep(0, "start", (), _freeze(owners), _freeze(values))]
+    for step in range(2 * (n - 1)):
+        plan = [ring_schedule(r, n, step) for r in range(n)]
+        sent = [(values[r][plan[r][1]], owners[r][plan[r][1]]) for r in range(n)]  # snapshot
+        for r in range(n):
+            phase, _, recv_i = plan[r]
+            got_values, got_owners = sent[(r - 1) % n]
+            if phase == "reduce-scatter":
+                mine = values[r][recv_i]
+                values[r][recv_i] = tuple(a + b for a, b in zip(mine, got_values, strict=True))
+                owners[r][recv_i] = owners[r][recv_i] | got_owners
+            else:
+                values[r][recv_i], owners[r][recv_i] = got_values, got_owners
+        transfers = tuple((r, (r + 1) % n, plan[r][1]) for r in range(n))
+        steps.append(RingStep(step + 1, plan[0][0], transfers, _freeze(owners), _freeze(values)))
+    return RingSimulation(n, bounds, tuple(steps))
+
+
+def _freeze(rows: list[list[Any]]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(tuple(row) for row in rows)
+
+
+def _fmt_number(v: _Number) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def ring_step_text(sim: RingSimulation, step: int) -> str:
+    """A plain-text picture of `sim` after `step`: who sent what, who owns what, partial sums.
+
+    Pure function of its arguments: the step viewer shows it, a cell can print it, a test can
+    compare it.
+    """
+    last = len(sim.steps) - 1
+    if not 0 <= step <= last:
+        raise ValueError(f"step must be in [0, {last}], got {step}")
+    st, n = sim.steps[step], sim.world_size
+    if st.phase == "start":
+        head = f"step 0 of {last}: the inputs, cut into {n} chunks"
+        what = "(nothing sent yet)"
+    else:
+        k = st.step if st.phase == "reduce-scatter" else st.step - (n - 1)
+        verb = "adds it to its own" if st.phase == "reduce-scatter" else "keeps it (complete)"
+        head = f"step {st.step} of {last}: {st.phase} {k} of {n - 1}; each receiver {verb}"
+        what = "   ".join(f"r{a} -c{c}-> r{b}" for a, b, c in st.transfers)
+    width = max(
+        [9]
+        + [len(_owners_label(o, n)) for row in st.owners for o in row]
+        + [len(_values_label(v)) for row in st.values for v in row]
+    )
+    cols = "".join(f"chunk {c}".ljust(width + 2) for c in range(n))
+    lines = [head, "sends: " + what, "ranks summed in each chunk (* = all ranks)"]
+    lines.append("        " + cols.rstrip())
+    for r in range(n):
+        cells = "".join(_owners_label(o, n).ljust(width + 2) for o in st.owners[r])
+        lines.append(f"rank {r}  {cells}".rstrip())
+    lines += ["partial sums in each chunk", "        " + cols.rstrip()]
+    for r in range(n):
+        cells = "".join(_values_label(v).ljust(width + 2) for v in st.values[r])
+        lines.append(f"rank {r}  {cells}".rstrip())
+    return "\n".join(lines)
+
+
+def _owners_label(owners: frozenset[int], n: int) -> str:
+    label = "+".join(str(r) for r in sorted(owners))
+    return label + ("*" if len(owners) == n else "")
+
+
+def _values_label(values: tuple[_Number, ...]) -> str:
+    return "[" + ", ".join(_fmt_number(v) for v in values) + "]"
+
+
+def ring_step_viewer(sim: RingSimulation) -> Any:
+    """An ipywidgets slider over the steps of `sim`; the text shown is `ring_step_text`."""
+    import ipywidgets as widgets
+
+    def render(step: int) -> str:
+        return f"<pre>{html.escape(ring_step_text(sim, step))}</pre>"
+
+    slider = widgets.IntSlider(value=0, min=0, max=len(sim.steps) - 1, description="step")
+    view = widgets.HTML(value=render(0))
+    slider.observe(lambda change: setattr(view, "value", render(change["new"])), names="value")
+    return widgets.VBox([slider, view])
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def _make_input(numel: int, dtype: str, seed: int, rank: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed * 7919 + rank)
+    dt = getattr(torch, dtype)
+    if dt.is_floating_point:
+        x = torch.randn(numel, generator=gen, dtype=dt)
+    else:
+        x = torch.randint(-1000, 1000, (numel,), generator=gen, dtype=dt)
+    return x.to(current_device())
+
+
+def _digest(t: torch.Tensor) -> str:
+    return hashlib.sha1(t.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
+
+
+def _reference(x: torch.Tensor, op: str, world_size: int) -> torch.Tensor:
+    """PyTorch's own all-reduce of `x` (gloo has no AVG: SUM then divide, as NCCL does)."""
+    ref = x.clone()
+    if op == "AVG" and dist.get_backend() == "nccl":
+        dist.all_reduce(ref, op=dist.ReduceOp.AVG)
+    else:
+        dist.all_reduce(ref, op=dist.ReduceOp.SUM)
+        if op == "AVG":
+            ref.div_(world_size)
+    return ref
+
+
+def compare_worker(
+    rank: int,
+    world_size: int,
+    cases: Sequence[tuple[str, int, str, str]],
+    seed: int = 0,
+    extras: bool = False,
+) -> dict[str, Any]:
+    """Run each (algorithm, numel, dtype, op) case and `dist.all_reduce` on the same input.
+
+    Returns {"cases": [dict per case: max_abs_diff, equal, close, digest, the P2P counts]}; with
+    `extras`, also what a shape mismatch, an integer AVG, a 2-D and a non-contiguous input do.
+    """
+    out: dict[str, Any] = {"cases": [], "backend": dist.get_backend()}
+    for i, (algorithm, numel, dtype, op) in enumerate(cases):
+        x = _make_input(numel, dtype, seed + i, rank)
+        ref = _reference(x, op, world_size)
+        with count_p2p() as counter:
+            ALGORITHMS[algorithm](x, op=op)
+        diff = (x.double() - ref.double()).abs().max().item() if numel else 0.0
+        out["cases"].append(
+            {
+                "algorithm": algorithm,
+                "numel": numel,
+                "dtype": dtype,
+                "op": op,
+                "max_abs_diff": diff,
+                "equal": bool(torch.equal(x, ref)),
+                "close": bool(torch.allclose(x, ref, rtol=1e-5, atol=1e-6)),
+                "digest": _digest(x),
+                **counter.as_dict(),
+            }
+        )
+    if extras:
+        out.update(_extras(rank, world_size))
+    return out
+
+
+def _extras(rank: int, world_size: int) -> dict[str, Any]:
+    """Failure modes and odd layouts, each followed by a working call (nothing hung)."""
+    dev = current_device()
+    res: dict[str, Any] = {"mismatch": {}, "int_avg": {}, "layouts": {}}
+    for name, fn in ALGORITHMS.items():
+        numel = 5 + (rank == world_size - 1)  # the last rank disagrees (when N > 1)
+        try:
+            fn(torch.ones(numel, device=dev))
+            res["mismatch"][name] = None
+        except ValueError as err:
+            res["mismatch"][name] = str(err)
+        try:
+            fn(torch.ones(3, dtype=torch.int64, device=dev), op="avg")
+            res["int_avg"][name] = None
+        except TypeError as err:
+            res["int_avg"][name] = str(err)
+        base = torch.arange(24.0, device=dev).reshape(4, 6) * (rank + 1)
+        for layout, x in (("2d", base.clone()), ("transposed", base.clone().t())):
+            ref = _reference(x, "SUM", world_size)
+            fn(x)
+            res["layouts"][f"{name}/{layout}"] = bool(torch.equal(x, ref))
+    return res
+
+
+def summarize_compare(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Fold a launch of `compare_worker` (one dict per rank) into facts a notebook can print."""
+    per_case = list(zip(*(r["cases"] for r in results), strict=True))
+    return {
+        "world_size": len(results),
+        "cases": len(per_case),
+        "all_close": all(x["close"] for case in per_case for x in case),
+        "ints_exact": all(x["equal"] for case in per_case for x in case if x["dtype"] == "int64"),
+        "ranks_identical": all(len({x["digest"] for x in case}) == 1 for case in per_case),
+        "max_abs_diff_below_1e-5": max(
+            (x["max_abs_diff"] for case in per_case for x in case), default=0.0
+        )
+        < 1e-5,
+    }
+
+
+def _sync() -> None:
+    if current_device().type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed_fn(name: str, check: bool) -> Callable[[torch.Tensor], Any]:
+    """ "builtin" -> `dist.all_reduce`; an algorithm's name -> it, with or without the check."""
+    if name == "builtin":
+        return dist.all_reduce
+    return functools.partial(ALGORITHMS[name], check=check)
+
+
+def timing_worker(
+    rank: int,
+    world_size: int,
+    sizes_bytes: Sequence[int],
+    algorithms: Sequence[str] = ("builtin", "ring"),
+    repeats: int | Sequence[int] = 10,
+    warmup: int = 2,
+    threads: int = 1,
+    check: bool = True,
+) -> dict[str, Any]:
+    """Time float32 all-reduces of each size, alternating algorithms within each repetition.
+
+    "builtin" is `dist.all_reduce` on the same process group. Each sample is the slowest rank's
+    time of one call started after a barrier; returns per-algorithm lists of medians (seconds)
+    and the raw samples, identical on every rank.
+    """
+    torch.set_num_threads(threads)
+    reps = [repeats] * len(sizes_bytes) if isinstance(repeats, int) else list(repeats)
+    fns = {name: _timed_fn(name, check) for name in algorithms}
+    local: dict[str, list[list[float]]] = {name: [] for name in algorithms}
+    for size, n_rep in zip(sizes_bytes, reps, strict=True):
+        x = torch.empty(size // 4, dtype=torch.float32, device=current_device())
+        samples: dict[str, list[float]] = {name: [] for name in algorithms}
+        for i in range(warmup + n_rep):
+            for name in algorithms if i % 2 == 0 else list(reversed(algorithms)):
+                x.fill_(1.0)
+                _sync()
+                dist.barrier()
+                t0 = time.perf_counter()
+                fns[name](x)
+                _sync()
+                if i >= warmup:
+                    samples[name].append(time.perf_counter() - t0)
+        for name in algorithms:
+            local[name].append(samples[name])
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, local)
+    raw = {
+        name: [
+            [max(ranks) for ranks in zip(*(e[name][k] for e in everyone), strict=True)]
+            for k in range(len(sizes_bytes))
+        ]
+        for name in algorithms
+    }
+    medians = {name: [statistics.median(s) for s in raw[name]] for name in algorithms}
+    return {"sizes_bytes": list(sizes_bytes), "medians": medians, "samples": raw}
