@@ -166,7 +166,10 @@ def test_nothing_listens_on_a_non_loopback_address() -> None:
 
 _SCRIPT = textwrap.dedent(
     """
-    import sys
+    import signal, sys
+    # A Jupyter kernel turns SIGINT into KeyboardInterrupt; a process started in the
+    # background by a non-interactive shell (as CI may be) inherits SIGINT *ignored*.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {here!r})
     import launch_workers as w
     from helpers.launch import launch
