@@ -14,8 +14,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from helpers.collectives import listening_sockets
 from helpers.launch import current_device
+from helpers.processes import listening_sockets
 
 
 def sum_worker(rank: int, world_size: int, n: int) -> dict:

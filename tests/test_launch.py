@@ -15,8 +15,8 @@ import launch_workers as w
 import pytest
 import torch
 
-from helpers.collectives import is_loopback
 from helpers.launch import LaunchTimeout, WorkerError, choose_backend, launch
+from helpers.processes import is_loopback
 
 HERE = Path(__file__).resolve().parent
 

@@ -34,6 +34,7 @@ from helpers.onnx_tools import (
     translation_file,
     verify_with_ort,
 )
+from helpers.processes import listening_sockets
 from helpers.source import source_view
 
 
@@ -262,21 +263,6 @@ def test_locate_translation_overload_and_unknown() -> None:
 # ------------------------------------------------------------------------------ Netron
 
 
-def _listening(port: int) -> list[tuple[str, str]]:
-    """(table, local address hex) of LISTEN sockets on `port` in /proc/net/tcp{,6}."""
-    found = []
-    for table in ("tcp", "tcp6"):
-        path = Path("/proc/net") / table
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines()[1:]:
-            fields = line.split()
-            addr, port_hex = fields[1].rsplit(":", 1)
-            if int(port_hex, 16) == port and fields[3] == "0A":  # 0A = LISTEN
-                found.append((table, addr))
-    return found
-
-
 def _non_loopback_address() -> str | None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
@@ -303,9 +289,9 @@ def test_netron_serves_copy_on_loopback_only_and_stops(tmp_path: Path) -> None:
     with NetronView(path, name="tiny.onnx") as view:
         host, port = view.address
         assert host == "127.0.0.1" and view.alive
-        # bound to loopback only: one IPv4 LISTEN socket on 127.0.0.1, none on 0.0.0.0 or ::
+        # bound to loopback only: one LISTEN socket on 127.0.0.1, none on 0.0.0.0 or ::
         if Path("/proc/net/tcp").exists():
-            assert _listening(port) == [("tcp", "0100007F")], _listening(port)
+            assert listening_sockets(port) == ["127.0.0.1"], listening_sockets(port)
         other = _non_loopback_address()
         if other is not None:
             with pytest.raises(OSError), socket.create_connection((other, port), timeout=2):
@@ -325,7 +311,7 @@ def test_netron_serves_copy_on_loopback_only_and_stops(tmp_path: Path) -> None:
     assert not folder.exists()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    assert _listening(port) == []
+    assert listening_sockets(port) == []
 
 
 def test_netron_text_view_is_static() -> None:

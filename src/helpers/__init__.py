@@ -4,6 +4,7 @@ Modules (each docstring says which notebooks use it and what it assumes):
     notebook       setup_notebook(): seeds, one thread, print options, dynamo reset, versions
     source         source_view()/show_source(): live source of installed packages, permalinks
     launch         launch(): run a function on N ranks inside a process group, from a notebook
+    processes      parent-death signal, child import path, loopback sockets (launch, torchrun)
     tracing        call-path recorder, landmarks, stepper, RecordingBackend (01)
     compile_tools  bytecode and guard capture, AOTAutograd graphs, timing (02, 03)
     collectives    workers for process groups and collectives (04)

@@ -13,14 +13,9 @@ import torch
 import torch.distributed as dist
 
 from helpers.launch import current_device
+from helpers.processes import listening_sockets
 
-__all__ = [
-    "identity_worker",
-    "collectives_worker",
-    "init_method_demo",
-    "listening_sockets",
-    "is_loopback",
-]
+__all__ = ["identity_worker", "collectives_worker", "init_method_demo"]
 
 
 def identity_worker(rank: int, world_size: int) -> dict:
@@ -70,46 +65,6 @@ def collectives_worker(rank: int, world_size: int) -> dict[str, list]:
     dist.barrier()  # returns on every rank only once every rank has arrived
     out["barrier"] = [True]
     return out
-
-
-def _decode(hex_addr: str) -> str:
-    """'0100007F:1F90' (as /proc/net/tcp shows it) -> '127.0.0.1'; IPv6 likewise."""
-    import ipaddress
-
-    host = bytes.fromhex(hex_addr.split(":")[0])
-    # /proc prints each 32-bit word in host (little-endian) byte order
-    words = b"".join(host[i : i + 4][::-1] for i in range(0, len(host), 4))
-    return str(ipaddress.ip_address(words))
-
-
-def listening_sockets() -> list[str]:
-    """Addresses this process listens on (TCP, IPv4 and IPv6), read from /proc (Linux)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            next(f)  # header
-            for line in f:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # state 0A = LISTEN
-                    found.append(_decode(fields[1]))
-    return sorted(set(found))
-
-
-def is_loopback(address: str) -> bool:
-    """True for 127.0.0.0/8 and ::1 (and IPv4-mapped loopback)."""
-    import ipaddress
-
-    ip = ipaddress.ip_address(address)
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def init_method_demo(init_method: str, env: dict[str, str] | None = None) -> dict:

@@ -29,7 +29,6 @@ Why it is built this way (each point is a pitfall measured on the pinned stack):
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import functools
 import os
@@ -48,6 +47,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from helpers.processes import LOOPBACK_IFNAME, child_env, set_pdeathsig
 
 __all__ = [
     "launch",
@@ -169,13 +170,8 @@ def _check_fn(fn: Any) -> None:
 
 def _die_with_parent(parent_pid: int) -> None:
     """Ask Linux to SIGKILL this worker when its parent dies (a killed kernel)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_pdeathsig = 1
-    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
+    if set_pdeathsig(signal.SIGKILL) and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before prctl took effect
 
 
 def _redirect(path: Path) -> None:
@@ -218,8 +214,8 @@ def _worker_main(rank: int, workdir: str) -> None:
         WORLD_SIZE=str(world_size),
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(world_size),
-        GLOO_SOCKET_IFNAME="lo0" if sys.platform == "darwin" else "lo",
-        NCCL_SOCKET_IFNAME="lo",
+        GLOO_SOCKET_IFNAME=LOOPBACK_IFNAME,
+        NCCL_SOCKET_IFNAME=LOOPBACK_IFNAME,
     )
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     try:
@@ -260,10 +256,7 @@ _BOOT = "from helpers.launch import _worker_main; _worker_main({rank}, {workdir!
 
 
 def _start(rank: int, workdir: Path) -> subprocess.Popen:
-    env = dict(os.environ)
-    # the worker imports fn by reference: give it the parent's import path
-    paths = [p for p in sys.path if p] + env.get("PYTHONPATH", "").split(os.pathsep)
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    env = child_env()  # the worker imports fn by reference: it needs our import path
     env["PYTHONUNBUFFERED"] = "1"
     with open(workdir / f"rank{rank}.setup.log", "ab") as log:
         return subprocess.Popen(

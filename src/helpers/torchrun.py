@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import shlex
 import signal
@@ -55,6 +54,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from helpers.processes import LOOPBACK_IFNAME, child_env, set_pdeathsig
 
 __all__ = [
     "TorchrunResult",
@@ -265,16 +266,13 @@ def start_torchrun(
         launcher_args=launcher_args,
         loopback=loopback,
     )
-    full_env = dict(os.environ)
     # the workers import helpers (and the caller's modules) by name: give them our import path
-    paths = [p for p in sys.path if p] + full_env.get("PYTHONPATH", "").split(os.pathsep)
-    full_env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
+    full_env = child_env()
     full_env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun sets anyway, without its banner
     full_env["PYTHONUNBUFFERED"] = "1"
     if loopback:
-        lo = "lo0" if sys.platform == "darwin" else "lo"
-        full_env.setdefault("GLOO_SOCKET_IFNAME", lo)
-        full_env.setdefault("NCCL_SOCKET_IFNAME", lo)
+        full_env.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK_IFNAME)
+        full_env.setdefault("NCCL_SOCKET_IFNAME", LOOPBACK_IFNAME)
     # torch 2.13: with the agent's shared TCPStore (the default), a restarted worker group
     # reads the previous attempt's keys and gloo/NCCL connect to dead peers; opt out
     full_env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
@@ -311,23 +309,12 @@ def _stop_all() -> None:  # the kernel shuts down normally: stop what is still r
 # the exec wrapper: `python -m helpers.torchrun --exec-with-pdeathsig -- CMD...`
 # ----------------------------------------------------------------------------------------------
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _set_pdeathsig(sig: int) -> bool:
-    """Ask Linux to send `sig` to this process when its parent thread exits."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
-
-
 def _exec_with_pdeathsig(cmd: list[str]) -> int:
     """Die with the parent, then become `cmd` (exec keeps the pid and the death signal)."""
     # start_torchrun names the caller's pid; each wrapper hands its own pid down to the next
     # level (exec keeps it: torchrun's workers see torchrun's pid as their parent's).
     expected = int(os.environ.pop(_PARENT_PID_ENV, "0")) or os.getppid()
-    if _set_pdeathsig(signal.SIGKILL):
+    if set_pdeathsig(signal.SIGKILL):
         if os.getppid() != expected:  # the parent died before prctl took effect
             return 1
         os.environ[_PARENT_PID_ENV] = str(os.getpid())
