@@ -16,17 +16,9 @@ import pytest
 import torch
 
 from helpers.launch import LaunchTimeout, WorkerError, choose_backend, launch
-from helpers.processes import is_loopback
+from helpers.processes import alive, is_loopback, wait_gone
 
 HERE = Path(__file__).resolve().parent
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _worker_children(pid: int) -> list[int]:
@@ -42,7 +34,7 @@ def _worker_children(pid: int) -> list[int]:
                 cmd = f.read()
         except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
-        if ppid == pid and b"_worker_main" in cmd and _alive(int(entry)):
+        if ppid == pid and b"_worker_main" in cmd and alive(int(entry)):
             found.append(int(entry))
     return found
 
@@ -50,7 +42,7 @@ def _worker_children(pid: int) -> list[int]:
 def _assert_no_process_left(err: Exception | None = None) -> None:
     assert _worker_children(os.getpid()) == [], "a launcher worker outlived the call"
     for pid in getattr(err, "pids", []):
-        assert not _alive(pid), f"worker pid {pid} still alive"
+        assert not alive(pid), f"worker pid {pid} still alive"
 
 
 def test_results_in_rank_order_with_outputs_captured() -> None:
@@ -196,20 +188,13 @@ def _start_parent() -> tuple[subprocess.Popen, list[int]]:
     return parent, workers
 
 
-def _wait_gone(pids: list[int], within: float) -> list[int]:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
-
-
 def test_interrupt_stops_every_worker() -> None:
     """JupyterLab's Interrupt sends SIGINT to the kernel: the launch stops all workers."""
     parent, workers = _start_parent()
     parent.send_signal(signal.SIGINT)
     _, err = parent.communicate(timeout=30)
     assert "KeyboardInterrupt" in err
-    assert _wait_gone(workers, 5) == []
+    assert wait_gone(workers, 5) == []
 
 
 def test_killed_parent_takes_its_workers_along() -> None:
@@ -217,4 +202,4 @@ def test_killed_parent_takes_its_workers_along() -> None:
     parent, workers = _start_parent()
     parent.kill()
     parent.communicate(timeout=30)
-    assert _wait_gone(workers, 5) == []
+    assert wait_gone(workers, 5) == []

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from helpers import train_ddp
+from helpers.processes import free_port, wait_gone
 from helpers.torchrun import (
     TorchrunTimeout,
-    free_port,
     run_torchrun,
     start_torchrun,
     torchrun_command,
@@ -43,22 +43,6 @@ def _train(out_dir: Path, *extra: str, env: dict | None = None, **kwargs):
 
 def _history(out_dir: Path) -> list[dict]:
     return load_checkpoint(out_dir / "last.pt")["history"]
-
-
-def _alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie counts as gone: it runs nothing)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _wait_gone(pids: list[int], timeout_s: float = 15) -> list[int]:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,7 +323,7 @@ def test_plain_torchrun_leaves_workers_behind_when_killed(tmp_path: Path) -> Non
     try:
         torchrun.kill()
         torchrun.wait()
-        survivors = _wait_gone(pids, timeout_s=3)
+        survivors = wait_gone(pids, timeout_s=3)
         assert survivors == pids  # orphans, in sessions of their own
     finally:
         _kill_all(pids)
@@ -367,7 +351,7 @@ def test_killing_the_caller_kills_torchrun_and_every_worker(tmp_path: Path) -> N
     try:
         parent.kill()  # SIGKILL: no handler, no atexit, nothing runs in the caller
         parent.wait()
-        assert _wait_gone([torchrun_pid, *pids]) == []
+        assert wait_gone([torchrun_pid, *pids]) == []
     finally:
         _kill_all(pids)
         parent.stdout.close()
@@ -383,7 +367,7 @@ def test_stop_and_timeout_end_every_worker(tmp_path: Path) -> None:
             proc.wait(timeout_s=0.5)
         assert info.value.result.returncode != 0
         assert not proc.log_path.exists()  # its temporary log was read, then removed
-        assert _wait_gone([proc.pid, *pids]) == []
+        assert wait_gone([proc.pid, *pids]) == []
     finally:
         _kill_all(pids)
 

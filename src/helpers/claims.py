@@ -95,5 +95,7 @@ def expect_default(fn: Callable[..., Any] | str, param: str, expected: Any) -> A
     assert param in params, f"{label}: expected a parameter {param!r}, found ({', '.join(params)})"
     found = params[param].default
     assert found is not inspect.Parameter.empty, f"{label}: {param!r} has no default any more"
-    assert found == expected, f"{label}({param}=...): expected default {expected!r}, found {found!r}"
+    assert found == expected, (
+        f"{label}({param}=...): expected default {expected!r}, found {found!r}"
+    )
     return found

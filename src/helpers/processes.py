@@ -10,8 +10,10 @@ from __future__ import annotations
 import ctypes
 import ipaddress
 import os
+import socket
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "LOOPBACK_IFNAME",
@@ -19,6 +21,9 @@ __all__ = [
     "child_env",
     "listening_sockets",
     "is_loopback",
+    "free_port",
+    "alive",
+    "wait_gone",
 ]
 
 # the interface gloo and NCCL should bind to so that nothing listens on the network
@@ -87,3 +92,28 @@ def is_loopback(address: str) -> bool:
     ip = ipaddress.ip_address(address)
     mapped = getattr(ip, "ipv4_mapped", None)
     return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as gone: it runs nothing). Linux /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def wait_gone(pids: Iterable[int], timeout_s: float = 15) -> list[int]:
+    """Wait up to `timeout_s` for every pid to end; return those still running."""
+    pids = list(pids)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]

@@ -45,7 +45,6 @@ import contextlib
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,13 +54,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.processes import LOOPBACK_IFNAME, child_env, set_pdeathsig
+from helpers.processes import LOOPBACK_IFNAME, child_env, free_port, set_pdeathsig
 
 __all__ = [
     "TorchrunResult",
     "TorchrunProcess",
     "TorchrunTimeout",
-    "free_port",
     "torchrun_command",
     "start_torchrun",
     "run_torchrun",
@@ -99,13 +97,6 @@ class TorchrunTimeout(TimeoutError):
     def __init__(self, message: str, result: TorchrunResult) -> None:
         super().__init__(message)
         self.result = result
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun_command(
@@ -308,6 +299,7 @@ def _stop_all() -> None:  # the kernel shuts down normally: stop what is still r
 # ----------------------------------------------------------------------------------------------
 # the exec wrapper: `python -m helpers.torchrun --exec-with-pdeathsig -- CMD...`
 # ----------------------------------------------------------------------------------------------
+
 
 def _exec_with_pdeathsig(cmd: list[str]) -> int:
     """Die with the parent, then become `cmd` (exec keeps the pid and the death signal)."""
