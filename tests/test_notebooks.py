@@ -1,9 +1,16 @@
-"""Conventions every notebook keeps (see shared CONVENTIONS.md): read, not executed."""
+"""Conventions every notebook keeps (CONTRIBUTING.md explains each): read, not executed.
+
+Each rule is a function from a notebook's cells to a list of problems, so the same rule runs
+over every notebook in `notebooks/` and over small synthetic notebooks that break it on purpose
+(`test_rules_catch_a_broken_notebook`): a rule that cannot fail would prove nothing.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,14 +21,222 @@ MAX_CODE_LINES = 40
 # absolute paths of this machine that must never reach a stored output
 MACHINE_PATH = re.compile(r"(/root/|/home/\w+/|/work/|/tmp/(?!ipykernel)|site-packages/)")
 ADDRESS = re.compile(r"0x[0-9a-fA-F]{8,}")
+LITERAL_BOOL = re.compile(r"\b(True|False)\b")
+HARNESS = re.compile(r"#\s*harness\b")
+
+Cells = list[dict]
 
 
-def _cells(nb: Path) -> list[dict]:
+def _cells(nb: Path) -> Cells:
     return json.loads(nb.read_text())["cells"]
 
 
 def _src(cell: dict) -> str:
-    return "".join(cell["source"])
+    src = cell["source"]
+    return src if isinstance(src, str) else "".join(src)
+
+
+def _code(cells: Cells) -> list[tuple[int, str]]:
+    return [(i, _src(c)) for i, c in enumerate(cells) if c["cell_type"] == "code"]
+
+
+def _tree(src: str) -> ast.Module | None:
+    """The cell parsed as Python, IPython magics and shell lines blanked; None if it isn't."""
+    lines = ["" if re.match(r"\s*[%!]", line) else line for line in src.splitlines()]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# the rules: cells -> problems ("cell N: what is wrong")
+# --------------------------------------------------------------------------------------------
+
+
+def bare_asserts(cells: Cells) -> list[str]:
+    """Every assert says what it checks: a fact about the installed packages must say what it
+    expected and what it found, so `pytest --nbval-lax` on a newer torch names what changed."""
+    problems = []
+    for i, src in _code(cells):
+        tree = _tree(src)
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Assert) and node.msg is None:
+                problems.append(f"cell {i}: bare `assert {ast.unparse(node.test)[:60]}`")
+    return problems
+
+
+def printed_literal_booleans(cells: Cells) -> list[str]:
+    """A reader takes a printed value as measured: `print("match: True")` next to an assert
+    shows a constant. Print the computed value (or nothing)."""
+    problems = []
+    for i, src in _code(cells):
+        tree = _tree(src)
+        for node in ast.walk(tree) if tree else ():
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"):
+                continue
+            for sub in ast.walk(node):
+                if (
+                    isinstance(sub, ast.Constant)
+                    and isinstance(sub.value, str)
+                    and LITERAL_BOOL.search(sub.value)
+                ):
+                    problems.append(f"cell {i}: prints the literal {sub.value!r}")
+    return problems
+
+
+def _launched(tree: ast.Module) -> list[str]:
+    """Source text of the function handed to each `launch(fn, ...)` call in a cell."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name != "launch":
+            continue
+        target = node.args[0]
+        if isinstance(target, ast.Call) and getattr(target.func, "attr", None) == "partial":
+            target = target.args[0] if target.args else target  # functools.partial(fn, ...)
+        found.append(ast.unparse(target))
+    return found
+
+
+def _shown(tree: ast.Module) -> set[str]:
+    """Source text of the first argument of each show_source/source_view call in a cell."""
+    return {
+        ast.unparse(node.args[0])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and node.args
+        and getattr(node.func, "id", getattr(node.func, "attr", None))
+        in ("show_source", "source_view")
+    }
+
+
+def unshown_workers(cells: Cells) -> list[str]:
+    """The reader sees the code that runs: a function handed to launch() is shown with
+    show_source first, unless the launching cell says `# harness: why` (timing, comparison)."""
+    problems, shown = [], set()
+    for i, src in _code(cells):
+        tree = _tree(src)
+        if tree is None:
+            continue
+        shown |= _shown(tree)
+        if HARNESS.search(src):
+            continue
+        for fn in _launched(tree):
+            if fn not in shown and not fn.startswith("lambda"):
+                problems.append(f"cell {i}: launch({fn}, ...) before show_source({fn})")
+    return problems
+
+
+def fenced_python(cells: Cells) -> list[str]:
+    """Code in prose is an untested copy: show the helper live instead."""
+    return [
+        f"cell {i}: markdown holds a ```python block"
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "markdown" and re.search(r"```\s*(python|py)\b", _src(c))
+    ]
+
+
+def sections_without_check(cells: Cells) -> list[str]:
+    """Each numbered section ends in a check: some code cell in it holds an assert."""
+    problems, section, has_check = [], None, True
+    for c in cells + [{"cell_type": "markdown", "source": "## end"}]:
+        src = _src(c)
+        if c["cell_type"] == "markdown" and src.startswith("## "):
+            if not has_check:
+                problems.append(f"section {section!r} has no assert")
+            section = src.splitlines()[0]
+            has_check = not re.match(r"## \d+\. ", section)
+        elif c["cell_type"] == "code" and re.search(r"\bassert\b|assert_close\(", src):
+            has_check = True
+    return problems
+
+
+def no_then_vs_now(cells: Cells) -> list[str]:
+    """Version drift is content: every notebook has a 'Then vs now' table."""
+    text = "\n".join(_src(c) for c in cells)
+    return [] if re.search(r"then vs\.? now", text, re.IGNORECASE) else ["no 'Then vs now' table"]
+
+
+RULES: list[Callable[[Cells], list[str]]] = [
+    bare_asserts,
+    printed_literal_booleans,
+    unshown_workers,
+    fenced_python,
+    sections_without_check,
+    no_then_vs_now,
+]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.__name__)
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_rule(nb: Path, rule: Callable[[Cells], list[str]]) -> None:
+    problems = rule(_cells(nb))
+    assert not problems, f"{nb.name}: {rule.__doc__.split(':')[0]}\n" + "\n".join(problems)
+
+
+# --------------------------------------------------------------------------------------------
+# the rules fail on a notebook that breaks them
+# --------------------------------------------------------------------------------------------
+
+
+def _md(src: str) -> dict:
+    return {"cell_type": "markdown", "source": src}
+
+
+def _py(src: str) -> dict:
+    return {"cell_type": "code", "source": src, "outputs": []}
+
+
+GOOD = [
+    _md("# 99 · Synthetic\n\nThen vs now: a table."),
+    _md("## 1. Launch"),
+    _py("show_source(helpers.ddp.worker)"),
+    _py("out = launch(helpers.ddp.worker, 2)\nassert out == [1], f'expected [1], found {out}'"),
+    _py("%time x = 1\nprint(f'match: {x == 1}')"),
+    _py("out = launch(timing_worker, 2)  # harness: timing only\nassert out, 'no result'"),
+]
+
+BROKEN = {
+    bare_asserts: _py("import torch\nassert hasattr(torch, 'compile')"),
+    printed_literal_booleans: _py("x = 1\nassert x == 1, 'x'\nprint('match: True')"),
+    unshown_workers: _py("out = launch(helpers.ddp.other_worker, 2)\nassert out, 'no result'"),
+    fenced_python: _md("Like this:\n\n```python\nfor x in loader:\n    step(x)\n```"),
+    sections_without_check: _md("## 2. A section that only prints"),
+}
+
+
+def test_rules_pass_a_good_notebook() -> None:
+    for rule in RULES:
+        assert rule(GOOD) == [], f"{rule.__name__} rejects a notebook that keeps it"
+
+
+@pytest.mark.parametrize("rule", list(BROKEN), ids=lambda r: r.__name__)
+def test_rules_catch_a_broken_notebook(rule: Callable[[Cells], list[str]]) -> None:
+    broken = GOOD + [BROKEN[rule]] + [_md("## Summary")]
+    problems = rule(broken)
+    assert problems, f"{rule.__name__} let a broken cell through"
+    assert all(rule is other or other(broken) == [] for other in BROKEN), "one break, one rule"
+
+
+def test_then_vs_now_rule_catches_a_missing_table() -> None:
+    assert no_then_vs_now([_md("# 99 · Synthetic"), _py("x = 1")]) == ["no 'Then vs now' table"]
+
+
+def test_unshown_worker_names_the_function() -> None:
+    cells = [_py("launch(functools.partial(collectives.identity_worker, 3), world_size=2)")]
+    assert unshown_workers(cells) == [
+        "cell 0: launch(collectives.identity_worker, ...) before show_source("
+        "collectives.identity_worker)"
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# structure and output hygiene of every notebook
+# --------------------------------------------------------------------------------------------
 
 
 def test_notebooks_exist() -> None:
@@ -51,8 +266,7 @@ def test_title_and_sections(nb: Path) -> None:
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_setup_cell(nb: Path) -> None:
-    code = [c for c in _cells(nb) if c["cell_type"] == "code"]
-    first = _src(code[0])
+    first = _code(_cells(nb))[0][1]
     assert "NBVAL_IGNORE_OUTPUT" in first and "setup_notebook" in first, (
         f"{nb.name}: first code cell must call setup_notebook() under # NBVAL_IGNORE_OUTPUT"
     )
@@ -74,14 +288,12 @@ def test_outputs_stored_and_clean(nb: Path) -> None:
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_cell_size_and_style(nb: Path) -> None:
-    for i, c in enumerate(_cells(nb)):
-        src = _src(c)
-        if c["cell_type"] != "code":
-            continue
+    for i, src in _code(_cells(nb)):
         lines = src.splitlines()
         assert len(lines) <= MAX_CODE_LINES, f"{nb.name} cell {i}: {len(lines)} lines (max 40)"
         assert not src.rstrip().endswith(";"), f"{nb.name} cell {i}: use `_ = expr`, not `;`"
         assert "weights_only=False" not in src, f"{nb.name} cell {i}: weights_only=False"
+        assert _tree(src) is not None, f"{nb.name} cell {i}: not valid Python"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
@@ -92,18 +304,3 @@ def test_no_typed_line_numbers(nb: Path) -> None:
         assert not re.search(r"\.py[:#]L?\d+|\bline \d{2,}\b|#L\d+", src), (
             f"{nb.name}: typed line number in {src[:80]!r}"
         )
-
-
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
-def test_every_section_checks_something(nb: Path) -> None:
-    """Each numbered section ends in a check: an assert (or a 'match: True' line)."""
-    cells = _cells(nb)
-    section, has_check = None, True
-    for c in cells + [{"cell_type": "markdown", "source": ["## end"]}]:
-        src = _src(c)
-        if c["cell_type"] == "markdown" and src.startswith("## "):
-            assert has_check, f"{nb.name}: section {section!r} has no assert"
-            section = src.splitlines()[0]
-            has_check = not re.match(r"## \d+\. ", section)
-        elif c["cell_type"] == "code" and ("assert" in src or "match:" in src):
-            has_check = True
