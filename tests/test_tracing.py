@@ -1,6 +1,6 @@
-"""Tests of helpers.tracing: call-path recorder, landmarks, stepper, recording backend.
+"""Tests of helpers.tracing: call-path recorder, stepper, recording backend.
 
-One Inductor compile in the whole file (module-scoped fixture); the rest uses eager/aot_eager.
+No Inductor compile here (tests/test_landmarks.py has the one); eager and aot_eager only.
 """
 
 from __future__ import annotations
@@ -13,18 +13,14 @@ import pytest
 import torch
 import torch._dynamo
 
+from helpers.compile_tools import graph_ops
 from helpers.source import resolve
 from helpers.tracing import (
-    LANDMARKS,
-    LandmarkMissing,
-    LandmarkOrder,
     Recording,
     RecordingBackend,
-    check_landmarks,
-    landmark_tree,
     record_calls,
     record_compile,
-    stages_for_backend,
+    step_source,
     step_text,
     step_viewer,
 )
@@ -46,11 +42,6 @@ def shifted_cos(x: torch.Tensor) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def eager_recording() -> Recording:
     return record_compile(shifted_cos, X, backend="eager")
-
-
-@pytest.fixture(scope="module")
-def inductor_recording() -> Recording:
-    return record_compile(pointwise, X, backend="inductor")
 
 
 def test_recorder_tree_on_compiled_function(eager_recording: Recording) -> None:
@@ -127,58 +118,6 @@ def test_package_not_imported_or_missing() -> None:
         record_calls(lambda: None, packages=("torch._no_such",))
 
 
-def test_landmarks_pass_on_pinned_torch(inductor_recording: Recording) -> None:
-    found = check_landmarks(inductor_recording)
-    assert [stage for stage, _ in found] == [lm.stage for lm in LANDMARKS]
-    assert dict(found)["InstructionTranslator"].endswith(".run")
-    text = landmark_tree(inductor_recording)
-    for lm in LANDMARKS:
-        assert f"<- {lm.stage}" in text
-    assert not ADDRESS.search(text)
-    torch.testing.assert_close(inductor_recording.result, pointwise(X))
-
-
-def test_landmarks_per_backend(eager_recording: Recording) -> None:
-    stages = stages_for_backend("eager")
-    assert "AOTAutograd" not in stages and "guard construction" in stages
-    assert [s for s, _ in check_landmarks(eager_recording, stages)] == stages
-    with pytest.raises(LandmarkMissing, match="'AOTAutograd'"):
-        check_landmarks(eager_recording, stages_for_backend("aot_eager"))
-    with pytest.raises(ValueError, match="unknown backend"):
-        stages_for_backend("tvm")
-    with pytest.raises(ValueError, match="unknown landmark stage"):
-        check_landmarks(eager_recording, ["parsing"])
-
-
-# The dotted names check_landmarks found in torch 2.13 (a fake recording needs no compile).
-FAKE_PATH = [
-    "torch._dynamo.eval_frame._TorchDynamoContext.__call__.<locals>.compile_wrapper",
-    "torch._dynamo.convert_frame.CatchErrorsWrapper.__call__",
-    "torch._dynamo.bytecode_transformation.transform_code_object",
-    "torch._dynamo.symbolic_convert.InstructionTranslatorBase.run",
-    "torch._dynamo.output_graph.OutputGraph.compile_subgraph",
-    "torch._dynamo.output_graph.OutputGraph.call_user_compiler",
-    "torch._functorch.aot_autograd.aot_module_simplified",
-    "torch._inductor.graph.GraphLowering.run",
-    "torch._inductor.graph.GraphLowering.codegen",
-    "torch._dynamo.guards.CheckFunctionManager.__init__",
-]
-
-
-def test_fake_recording_missing_stage_names_it() -> None:
-    assert len(check_landmarks(FAKE_PATH)) == len(LANDMARKS)
-    renamed = [n.replace("GraphLowering.run", "GraphLowering.lower") for n in FAKE_PATH]
-    with pytest.raises(LandmarkMissing, match="'Inductor lowering' is missing") as info:
-        check_landmarks(renamed)
-    assert info.value.stage == "Inductor lowering"
-    assert isinstance(info.value, AssertionError) and isinstance(info.value, LookupError)
-    swapped = FAKE_PATH[:]
-    swapped[2], swapped[3] = swapped[3], swapped[2]
-    with pytest.raises(LandmarkOrder, match="'InstructionTranslator' is out of order") as info2:
-        check_landmarks(swapped)
-    assert info2.value.stage == "InstructionTranslator"
-
-
 def test_stepper_on_empty_recording() -> None:
     empty = Recording(steps=[], packages=("torch._dynamo",))
     with pytest.raises(ValueError, match="recording is empty"):
@@ -216,6 +155,9 @@ def test_recording_backend_summary() -> None:
     assert len(backend.graphs) == 1 and backend.inputs[0] == ["float32[8]"]
     counts = backend.op_counts(0)
     assert counts == {"torch.sin": 1, "operator.mul": 1, "operator.add": 1}
+    # the same counts as compile_tools.graph_ops (one counter), only the names may differ
+    raw = graph_ops(backend.graphs[0])
+    assert list(raw.values()) == list(counts.values())
     text = backend.summary()
     assert text.startswith("1 graph(s) received") and "def forward" in text
     assert not ADDRESS.search(text)
@@ -239,7 +181,29 @@ def test_recording_backend_with_inner_aot_eager_sees_aten_names() -> None:
     torch.testing.assert_close(torch.compile(m, backend=outer)(x), m(x))
     assert len(outer) == 1 and len(inner_graphs) == 1
     assert inner_graphs.op_counts() == {"aten.mul.Tensor": 1, "aten.relu.default": 1}
+    assert inner_graphs.op_counts() == dict(graph_ops(inner_graphs.graphs[-1]))  # ATen: same
     assert not ADDRESS.search(inner_graphs.summary())
     by_name = RecordingBackend(inner="aot_eager")
     torch.testing.assert_close(torch.compile(m, backend=by_name)(x + 1), m(x + 1))
     torch._dynamo.reset()
+
+
+def test_op_counts_names_method_calls() -> None:
+    backend = RecordingBackend()
+
+    def m(x: torch.Tensor) -> torch.Tensor:
+        return x.relu().sum()
+
+    torch.compile(m, backend=backend)(torch.randn(4))
+    assert backend.op_counts() == {".relu()": 1, ".sum()": 1}
+    assert sum(graph_ops(backend.graphs[0]).values()) == 2
+    torch._dynamo.reset()
+
+
+def test_step_source_is_the_data_behind_step_text(eager_recording: Recording) -> None:
+    rec = eager_recording
+    i = rec.first("convert_frame._compile").index
+    view = step_source(rec, i, lines=5)
+    assert view is not None and view.name == rec[i].name and view.excerpt
+    assert len(view.code.splitlines()) == 5 and view.first_line == rec[i].line
+    assert view.url in step_text(rec, i, lines=5) and view.code in step_text(rec, i, lines=5)

@@ -1,22 +1,24 @@
-"""Source tracing for torch.compile: record the real call path, step through it, check landmarks.
+"""Source tracing for torch.compile: record the real call path and step through it.
 
-Used by: notebooks 01 (torch.compile entry), 02 (Dynamo bytecode, guards, graph breaks) and 03
-(AOTAutograd and Inductor). CPU or GPU alike; Python 3.11+ (uses `sys.setprofile`, which sees
-only the calling thread: work that Inductor hands to compile workers in other processes, such as
-running the C++ compiler, shows up only as the Python call that starts it).
+Used by: notebook 01 (torch.compile entry); `helpers.landmarks` checks the stages of a recording.
+CPU or GPU alike; Python 3.11+ (uses `code.co_qualname`). The recorder is `sys.setprofile`, which
+watches only the calling thread: work done in other threads or processes (the C++ compiler
+Inductor runs, or its pool of compile workers) is not recorded, only the Python calls in this
+thread that start it or wait for it.
 
 - `record_calls(fn, *args)` runs `fn` once and records which Python functions of chosen packages
   ran, as a tree of first entries (caller -> callee) with dotted names and source locations
   computed from the code objects (never typed). `record_compile(fn, *args, backend=...)` does
-  the same for the first call of `torch.compile(fn)` with the compile caches turned off, so the
-  whole path runs even when an earlier run left a warm cache.
-- `LANDMARKS` / `check_landmarks(recording)`: the ordered stages the notebooks teach, checked
-  against a recording; a missing or out-of-order stage raises an error that names it, so a torch
-  upgrade that moves or renames one fails in CI, not in a reader's head.
-- `step_text(recording, i)` (pure, printable) and `step_viewer(recording)` (ipywidgets slider)
-  show one step: dotted name, location, permalink and the first lines of its installed source.
-- `RecordingBackend`: a `torch.compile` backend that keeps every FX `GraphModule` it receives,
-  with a summary free of memory addresses.
+  the same for the first call of `torch.compile(fn)`: it drops Dynamo's cache entries for `fn`
+  and turns off Inductor's FX graph cache and AOTAutograd's cache, so tracing, the backend,
+  lowering and code generation run even after an earlier compile (a compiled C++ library that is
+  already on disk may still be reused).
+- `step_text(recording, i)` (pure, printable), `step_source(recording, i)` (the data) and
+  `step_viewer(recording)` (an ipywidgets slider) show one step: dotted name, location,
+  permalink and the first lines of its installed source.
+- `RecordingBackend`: a `torch.compile` backend that keeps every FX `GraphModule` it receives;
+  `op_counts` counts a graph's ops with `helpers.compile_tools.graph_ops`, named without memory
+  addresses.
 """
 
 from __future__ import annotations
@@ -26,32 +28,24 @@ import importlib.util
 import os
 import re
 import sys
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from types import CodeType
-from typing import Any, NamedTuple
+from types import CodeType, SimpleNamespace
+from typing import Any
 
+from helpers.compile_tools import graph_ops
 from helpers.source import SourceView, package_root, permalink, source_view
 
 __all__ = [
     "DEFAULT_PACKAGES",
-    "LANDMARKS",
-    "Landmark",
-    "LandmarkError",
-    "LandmarkMissing",
-    "LandmarkOrder",
     "Recording",
     "RecordingBackend",
     "Step",
-    "check_landmarks",
-    "landmark_tree",
     "record_calls",
     "record_compile",
-    "stages_for_backend",
+    "step_source",
     "step_text",
-    "step_view",
     "step_viewer",
 ]
 
@@ -162,24 +156,24 @@ class Recording:
                     s.index == w if isinstance(w, int) else re.search(w, s.name) for w in wanted
                 ):
                     shown.update(p.index for p in self.path_to(s.index))
-        kids: dict[int | None, list[Step]] = {}
+        children_of: dict[int | None, list[Step]] = {}
         for s in self.steps:
-            kids.setdefault(s.parent, []).append(s)
+            children_of.setdefault(s.parent, []).append(s)
 
-        def count(i: int) -> int:
-            return sum(1 + count(c.index) for c in kids.get(i, []))
+        def descendants(i: int) -> int:
+            return sum(1 + descendants(c.index) for c in children_of.get(i, []))
 
         lines: list[str] = []
 
         def walk(parent: int | None) -> None:
-            for s in kids.get(parent, []):
+            for s in children_of.get(parent, []):
                 if shown is not None and s.index not in shown:
                     continue
                 if max_depth is not None and s.depth > max_depth:
                     continue
                 where = f"  ({s.location})" if locations else ""
                 folded = s.name.startswith(collapse) if collapse else False
-                hidden = count(s.index) if folded else 0
+                hidden = descendants(s.index) if folded else 0
                 more = f"  [+{hidden} callees]" if hidden else ""
                 mark = f"  <- {marks[s.index]}" if s.index in marks else ""
                 lines.append(f"{'  ' * s.depth}{s.name}{where}{more}{mark}")
@@ -190,7 +184,7 @@ class Recording:
         return "\n".join(lines)
 
 
-def _package_filters(packages: Sequence[str]) -> tuple[tuple[str, ...], frozenset[str]]:
+def _watched_paths(packages: Sequence[str]) -> tuple[tuple[str, ...], frozenset[str]]:
     """(folder prefixes, single files) of the watched packages; clear errors for missing ones."""
     dirs, files = [], set()
     for name in packages:
@@ -235,15 +229,15 @@ def record_calls(
     """
     if isinstance(packages, str):
         packages = (packages,)
-    dirs, files = _package_filters(packages)
+    watched_dirs, watched_files = _watched_paths(packages)
     steps: list[Step] = []
-    seen: dict[tuple[int | None, CodeType], int] = {}  # (caller step, code) -> step
-    watched: dict[CodeType, bool] = {}  # code object -> belongs to a watched package
+    step_of: dict[tuple[int | None, CodeType], int] = {}  # (caller step, code) -> step index
+    is_watched: dict[CodeType, bool] = {}  # code object -> belongs to a watched package
     relpaths: dict[str, str] = {}
     # one entry per live Python frame: (index of the nearest watched step, suppressed?)
     stack: list[tuple[int | None, bool]] = []
 
-    def on_event(frame: Any, event: str, arg: Any) -> None:
+    def profile_hook(frame: Any, event: str, arg: Any) -> None:
         if event == "call":
             code = frame.f_code
             parent, suppressed = stack[-1] if stack else (None, False)
@@ -253,21 +247,23 @@ def record_calls(
             if code.co_name == "<module>":  # an import: not part of the path being read
                 stack.append((parent, True))
                 return
-            mine = watched.get(code)
-            if mine is None:
+            watched = is_watched.get(code)
+            if watched is None:
                 filename = code.co_filename
-                mine = watched[code] = filename.startswith(dirs) or filename in files
-            if not mine:
+                watched = is_watched[code] = (
+                    filename.startswith(watched_dirs) or filename in watched_files
+                )
+            if not watched:
                 stack.append((parent, False))
                 return
             key = (parent, code)
-            index = seen.get(key)
+            index = step_of.get(key)
             if index is None:
                 depth = 0 if parent is None else steps[parent].depth + 1
                 if max_depth is not None and depth > max_depth:
                     stack.append((parent, True))
                     return
-                index = seen[key] = len(steps)
+                index = step_of[key] = len(steps)
                 filename = code.co_filename
                 relpath = relpaths.get(filename)
                 if relpath is None:
@@ -295,7 +291,7 @@ def record_calls(
 
     recording = Recording(steps=steps, packages=tuple(packages))
     previous = sys.getprofile()
-    sys.setprofile(on_event)
+    sys.setprofile(profile_hook)
     try:
         recording.result = fn(*args, **kwargs)
     except BaseException as err:
@@ -325,9 +321,10 @@ def record_compile(
 ) -> Recording:
     """Record the first call of `torch.compile(fn, backend=backend, **compile_kwargs)(*args)`.
 
-    Dynamo's cache entries for `fn`'s code object are dropped first, and the FX graph and
-    AOTAutograd caches are off during the call, so the whole path runs (lowering and code
-    generation included) even after an earlier compile warmed the caches.
+    Dynamo's cache entries for `fn`'s code object (or a module's `forward`) are dropped first,
+    and Inductor's FX graph cache and AOTAutograd's cache are off during the call, so tracing,
+    the backend, lowering and code generation run even after an earlier compile warmed those
+    caches (a compiled C++ library already on disk may still be loaded instead of rebuilt).
     """
     import torch
     import torch._dynamo
@@ -342,156 +339,6 @@ def record_compile(
         stack.enter_context(inductor_config.patch(fx_graph_cache=False))
         stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
         return record_calls(compiled, *args, packages=packages, max_depth=max_depth)
-
-
-# --------------------------------------------------------------------------------------------
-# Landmarks
-# --------------------------------------------------------------------------------------------
-
-
-class Landmark(NamedTuple):
-    """A stage of the compile path and a regex that the dotted name of its function matches."""
-
-    stage: str
-    pattern: str
-
-
-# In the order the first call of torch.compile(f, backend="inductor") enters them in torch 2.13
-# (recorded, see notebook 01). Guards are built last: Dynamo first translates the frame and
-# compiles the graph (backend, AOTAutograd, Inductor all run inside `_compile`), then
-# `CheckFunctionManager` turns the guards collected while tracing into the check function
-# stored with the cache entry. The first match of each pattern is the one that counts.
-LANDMARKS: list[Landmark] = [
-    Landmark(
-        "entry wrapper",
-        r"torch\._dynamo\.eval_frame\."
-        r"(_TorchDynamoContext\.__call__\.<locals>\.\w+|OptimizedModule\.\w+)",
-    ),
-    Landmark(
-        "frame hook / convert frame",
-        r"torch\._dynamo\.convert_frame\.(CatchErrorsWrapper|ConvertFrame|ConvertFrameAssert)"
-        r"\.__call__",
-    ),
-    Landmark(
-        "bytecode transformation",
-        r"torch\._dynamo\.bytecode_transformation\.transform_code_object",
-    ),
-    Landmark(
-        "InstructionTranslator",
-        r"torch\._dynamo\.symbolic_convert\.InstructionTranslator(Base)?\.run",
-    ),
-    Landmark(
-        "OutputGraph compiles the subgraph",
-        r"torch\._dynamo\.output_graph\.OutputGraph\.compile_subgraph",
-    ),
-    Landmark("backend call", r"torch\._dynamo\.output_graph\.OutputGraph\.call_user_compiler"),
-    Landmark("AOTAutograd", r"torch\._functorch\.aot_autograd\.aot_module_simplified"),
-    Landmark("Inductor lowering", r"torch\._inductor\.graph\.GraphLowering\.run"),
-    Landmark("code generation", r"torch\._inductor\.graph\.GraphLowering\.codegen"),
-    Landmark("guard construction", r"torch\._dynamo\.guards\.CheckFunctionManager\.__init__"),
-]
-
-_BACKEND_STAGES = {
-    "eager": ("AOTAutograd", "Inductor lowering", "code generation"),  # stages it skips
-    "aot_eager": ("Inductor lowering", "code generation"),
-    "inductor": (),
-}
-
-
-def stages_for_backend(backend: str) -> list[str]:
-    """The landmark stages a first call with `backend` ("eager", "aot_eager", "inductor") runs."""
-    if backend not in _BACKEND_STAGES:
-        raise ValueError(f"unknown backend {backend!r}: expected one of {list(_BACKEND_STAGES)}")
-    return [lm.stage for lm in LANDMARKS if lm.stage not in _BACKEND_STAGES[backend]]
-
-
-class LandmarkError(AssertionError):
-    """A landmark stage is missing from a recording or out of order; `.stage` names it."""
-
-    def __init__(self, stage: str, message: str) -> None:
-        super().__init__(message)
-        self.stage = stage
-
-
-class LandmarkMissing(LandmarkError, LookupError):
-    """No recorded function matches the stage's pattern."""
-
-
-class LandmarkOrder(LandmarkError):
-    """The stage was first entered before the stage that should precede it."""
-
-
-def _names(recording: Recording | Iterable[Any]) -> list[str]:
-    out = []
-    for s in recording:
-        out.append(s if isinstance(s, str) else s.name)
-    return out
-
-
-def _match_landmarks(
-    recording: Recording | Iterable[Any],
-    stages: Iterable[str] | None,
-    landmarks: Sequence[Landmark],
-) -> list[tuple[str, int, str]]:
-    names = _names(recording)
-    if stages is None:
-        chosen = list(landmarks)
-    else:
-        wanted = list(stages)
-        known = [lm.stage for lm in landmarks]
-        unknown = [s for s in wanted if s not in known]
-        if unknown:
-            raise ValueError(f"unknown landmark stage(s) {unknown}: known stages are {known}")
-        chosen = [lm for lm in landmarks if lm.stage in wanted]
-    found: list[tuple[str, int, str]] = []
-    for lm in chosen:
-        rx = re.compile(lm.pattern)
-        hits = [i for i, n in enumerate(names) if rx.fullmatch(n)]
-        if not hits:
-            raise LandmarkMissing(
-                lm.stage,
-                f"landmark stage {lm.stage!r} is missing: no recorded function matches "
-                f"{lm.pattern!r} ({len(names)} steps recorded). A torch upgrade may have "
-                "renamed or moved it, or the call took a cached path.",
-            )
-        i = hits[0]
-        if found and i < found[-1][1]:
-            before, j, _ = found[-1]
-            raise LandmarkOrder(
-                lm.stage,
-                f"landmark stage {lm.stage!r} is out of order: {names[i]} (step {i}) ran "
-                f"before stage {before!r} (step {j})",
-            )
-        found.append((lm.stage, i, names[i]))
-    return found
-
-
-def check_landmarks(
-    recording: Recording | Iterable[Any],
-    stages: Iterable[str] | None = None,
-    landmarks: Sequence[Landmark] = LANDMARKS,
-) -> list[tuple[str, str]]:
-    """[(stage, dotted name)] for each landmark stage, in order; LandmarkError names a failure.
-
-    `recording` is a Recording (or any sequence of steps or dotted names, for tests); `stages`
-    picks a subset (e.g. `stages_for_backend("eager")`), checked in the order of `landmarks`.
-    Each stage counts at its first matching step; each must come after the one before it.
-    Missing: LandmarkMissing (also a LookupError); out of order: LandmarkOrder; both are
-    AssertionErrors whose `.stage` is the stage's name.
-    """
-    return [(stage, name) for stage, _, name in _match_landmarks(recording, stages, landmarks)]
-
-
-def landmark_tree(
-    recording: Recording,
-    stages: Iterable[str] | None = None,
-    locations: bool = True,
-    landmarks: Sequence[Landmark] = LANDMARKS,
-) -> str:
-    """The recorded tree cut to the landmark steps and their callers, each landmark marked."""
-    found = _match_landmarks(recording, stages, landmarks)
-    marks = {i: stage for stage, i, _ in found}
-    return recording.tree(keep=list(marks), locations=locations, marks=marks)
 
 
 # --------------------------------------------------------------------------------------------
@@ -512,7 +359,7 @@ def _require_step(recording: Recording, i: int) -> Step:
     return recording[i]
 
 
-def step_view(recording: Recording, i: int, lines: int = 15) -> SourceView | None:
+def step_source(recording: Recording, i: int, lines: int = 15) -> SourceView | None:
     """The first `lines` lines of step `i`'s installed source; None if it has no source file."""
     step = _require_step(recording, i)
     try:
@@ -547,7 +394,7 @@ def step_text(recording: Recording, i: int, lines: int = 15, numbered: bool = Tr
         f"  defined at {step.location}, depth {step.depth}",
         f"  called from {caller}",
     ]
-    view = step_view(recording, i, lines)
+    view = step_source(recording, i, lines)
     if view is None:
         return "\n".join(head + ["  (no Python source: created at run time)"])
     return "\n".join(head + [f"  {view.url}", "", view.code])
@@ -555,7 +402,7 @@ def step_text(recording: Recording, i: int, lines: int = 15, numbered: bool = Tr
 
 def _step_html(recording: Recording, i: int, lines: int) -> str:
     step = recording[i]
-    view = step_view(recording, i, lines)
+    view = step_source(recording, i, lines)
     text = step_text(recording, i, lines)
     link = f'<a href="{html.escape(view.url)}" target="_blank">permalink</a>' if view else ""
     head, _, body = text.partition("\n\n")
@@ -651,17 +498,24 @@ class RecordingBackend:
         self.inputs.clear()
 
     def op_counts(self, i: int = -1) -> dict[str, int]:
-        """call_function/call_method/call_module targets of graph `i`, counted, in graph order."""
+        """`helpers.compile_tools.graph_ops` of graph `i`, in graph order, with readable names.
+
+        graph_ops counts the `call_function` and `call_method` nodes, naming each op from
+        `str(node.target)`; for a Python callable in a Dynamo graph that is its repr
+        (`<built-in method sin of type object ...>`), so here such a key becomes the callable's
+        dotted name (`torch.sin`, `operator.mul`) and a method call `.name()`. ATen graphs keep
+        graph_ops' names (`aten.mul.Tensor`).
+        """
         gm = self.graphs[i]
-        counts: Counter[str] = Counter()
+        readable: dict[str, str] = {}
         for node in gm.graph.nodes:
-            if node.op == "call_function":
-                counts[_target_name(node.target)] += 1
-            elif node.op == "call_method":
-                counts[f".{node.target}()"] += 1
-            elif node.op == "call_module":
-                counts[f"self.{node.target}"] += 1
-        return dict(counts)
+            if node.op not in ("call_function", "call_method"):
+                continue
+            # the key graph_ops gives this node, asked of graph_ops itself (one node, one key)
+            (key,) = graph_ops(SimpleNamespace(graph=SimpleNamespace(nodes=[node])))
+            call_method = node.op == "call_method"
+            readable[key] = f".{node.target}()" if call_method else _target_name(node.target)
+        return {readable.get(op, op): n for op, n in graph_ops(gm).items()}
 
     def summary(self, code: bool = True) -> str:
         """Graph count, inputs, op counts and (optionally) gm.code of each graph; no addresses."""
