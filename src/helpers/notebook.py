@@ -50,9 +50,11 @@ def environment_summary() -> dict[str, object]:
 def setup_notebook(seed: int = 0, threads: int = 1) -> dict[str, str]:
     """Make a notebook deterministic and quiet; return the versions it runs with.
 
-    Seeds Python/NumPy/torch, pins intra-op threads (stable timings and op order on small
-    machines), sets short print options, resets Dynamo's caches (a re-run notebook starts from
-    scratch) and silences the FutureWarnings the pinned exporters emit on every call.
+    Seeds Python's, NumPy's and torch's random generators with `seed`, sets torch's intra-op
+    thread count to `threads` (the same on every machine, whatever its core count), sets short
+    print options, resets Dynamo's caches (`torch._dynamo.reset()`: a re-run notebook compiles
+    from scratch) and ignores FutureWarnings reported from `torch.onnx` modules (a guard kept for
+    the export notebooks; a plain export on the pinned torch reported none there).
     """
     import numpy as np
     import torch
