@@ -1,21 +1,36 @@
-"""Workers for notebook 04 (process groups and collectives).
+"""Workers and probes for notebook 04 (process groups and collectives).
 
-Used by: notebooks/04_process_groups_and_collectives.ipynb. Runs under helpers.launch: gloo on
-CPU, NCCL with one GPU per rank when present (tensors live on `current_device()`).
-Every worker returns plain Python data so the notebook can print and assert it in rank order.
+Used by: notebooks/04_process_groups_and_collectives.ipynb and tests/test_collectives.py.
+The workers run under helpers.launch: gloo on CPU, NCCL with one GPU per rank when present
+(tensors live on `current_device()`); each returns plain Python data so the notebook can print
+and assert it in rank order. `init_method_demo` runs a one-rank gloo group in the calling
+process. Linux (/proc) for the socket listing.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+import re
+import socket
+import textwrap
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from helpers.launch import current_device
 from helpers.processes import listening_sockets
+from helpers.source import SourceView, permalink
 
-__all__ = ["identity_worker", "collectives_worker", "init_method_demo"]
+__all__ = [
+    "identity_worker",
+    "collectives_worker",
+    "init_method_demo",
+    "host_addresses",
+    "header_view",
+    "library_mentions",
+]
 
 
 def identity_worker(rank: int, world_size: int) -> dict:
@@ -30,47 +45,54 @@ def identity_worker(rank: int, world_size: int) -> dict:
 
 
 def collectives_worker(rank: int, world_size: int) -> dict[str, list]:
-    """Run each collective once on small tensors that make the result easy to read.
-
-    Rank r starts from [r+1, r+1] (or [10*r + i] for the per-element cases), so every result can
-    be predicted by hand: the notebook asserts each one.
-    """
+    """Run each collective once on small tensors whose results can be worked out by hand."""
     dev = current_device()
     out: dict[str, list] = {}
 
-    t = torch.tensor([float(rank + 1)] * 2, device=dev)  # rank 0 holds [1, 1]
-    dist.broadcast(t, src=0)  # everyone ends with rank 0's tensor
+    t = torch.tensor([float(rank + 1)] * 2, device=dev)  # rank r holds [r+1, r+1]
+    dist.broadcast(t, src=0)
     out["broadcast"] = t.tolist()
 
     t = torch.tensor([float(rank + 1)] * 2, device=dev)
-    dist.reduce(t, dst=0, op=dist.ReduceOp.SUM)  # only dst's result is defined
-    out["reduce"] = t.tolist() if rank == 0 else None
+    dist.reduce(t, dst=0, op=dist.ReduceOp.SUM)
+    out["reduce"] = t.tolist() if rank == 0 else None  # the docs promise a result on dst only
 
     t = torch.tensor([float(rank + 1)] * 2, device=dev)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)  # every rank ends with the sum
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
     out["all_reduce"] = t.tolist()
 
     t = torch.tensor([float(rank + 1)], device=dev)
     gathered = [torch.zeros(1, device=dev) for _ in range(world_size)]
-    dist.all_gather(gathered, t)  # every rank ends with everyone's tensor, in rank order
+    dist.all_gather(gathered, t)
     out["all_gather"] = [g.item() for g in gathered]
 
-    # reduce_scatter: rank r contributes [10r + 0, 10r + 1, ...]; rank i ends with the sum of
-    # element i over all ranks (the first half of a ring all-reduce, see notebook 05)
+    # rank r contributes [10r + 0, 10r + 1, ...] (world_size elements); rank i keeps element i
     t = torch.arange(world_size, dtype=torch.float32, device=dev) + 10 * rank
     mine = torch.zeros(1, device=dev)
-    dist.reduce_scatter_tensor(mine, t)
+    dist.reduce_scatter_single(mine, t)
     out["reduce_scatter"] = mine.tolist()
 
-    dist.barrier()  # returns on every rank only once every rank has arrived
-    out["barrier"] = [True]
+    # the same input two ways: reduce_scatter then all_gather, and one all_reduce
+    whole = torch.zeros(world_size, device=dev)
+    dist.all_gather_single(whole, mine)
+    out["rs_then_ag"] = whole.tolist()
+    dist.all_reduce(t)
+    out["all_reduce_vec"] = t.tolist()
+
+    # barrier: count arrivals in the group's store; after the barrier every rank sees them all
+    store = dist.distributed_c10d._get_default_store()
+    store.add("arrived", 1)
+    dist.barrier()
+    out["barrier"] = [store.add("arrived", 0)]  # add(key, 0) reads the counter
     return out
 
 
 def init_method_demo(init_method: str, env: dict[str, str] | None = None) -> dict:
     """Initialise a one-rank gloo group with `init_method` in this process, then tear it down.
 
-    Returns what the group saw and which addresses the process listened on meanwhile.
+    `env` is set only while the group is built (for example MASTER_ADDR/MASTER_PORT for
+    env://, or GLOO_SOCKET_IFNAME). Returns what the group saw and which addresses this
+    process listened on meanwhile (the store's and gloo's sockets together).
     """
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
@@ -92,3 +114,44 @@ def init_method_demo(init_method: str, env: dict[str, str] | None = None) -> dic
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def host_addresses(hostname: str | None = None) -> list[str]:
+    """The addresses getaddrinfo gives for `hostname` (default: this machine's host name)."""
+    name = hostname or socket.gethostname()
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return []
+    return sorted({info[4][0] for info in infos})
+
+
+def header_view(relpath: str, pattern: str, before: int = 2, after: int = 6) -> SourceView:
+    """Lines around `pattern` in a C++ header shipped inside the installed torch.
+
+    `relpath` is the path in the PyTorch repository (`torch/csrc/...`); the wheel keeps the
+    same file under `torch/include/`, so the permalink points at the lines shown.
+    """
+    path = Path(torch.__file__).parent / "include" / relpath
+    lines = path.read_text(encoding="utf-8").splitlines()
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    if not hits:
+        raise ValueError(f"pattern {pattern!r} not found in {relpath} of the installed torch")
+    first, last = max(hits[0] - before, 0), min(hits[0] + after + 1, len(lines))
+    return SourceView(
+        name=relpath.rsplit("/", 1)[-1],
+        package="torch",
+        relpath=relpath,
+        first_line=first + 1,
+        last_line=last,
+        code=textwrap.dedent("\n".join(lines[first:last])),
+        url=permalink(relpath, "torch", first + 1, last),
+        excerpt=True,
+    )
+
+
+def library_mentions(*names: str, library: str = "libtorch_cpu") -> dict[str, bool]:
+    """Whether each string occurs in the installed torch's shared `library` (its C++ code)."""
+    (path,) = (Path(torch.__file__).parent / "lib").glob(f"{library}.*")
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return {name: data.find(name.encode()) >= 0 for name in names}
