@@ -1,10 +1,12 @@
 """CPUSyncBatchNorm against nn.BatchNorm on the concatenated batch (helpers.syncbn).
 
-Three launches in all (1, 2 and 4 ranks), each running several scenarios, because starting
-ranks dominates the cost.
+Three launches in all (2 ranks for the checks, 2 for the cost worker, 4 ranks), each running
+several scenarios, because starting ranks dominates the cost.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
@@ -58,6 +60,11 @@ def two_ranks():
 
 
 @pytest.fixture(scope="module")
+def cost():
+    return launch(syncbn.syncbn_cost_worker, 2, (2,), timeout_s=120)
+
+
+@pytest.fixture(scope="module")
 def four_ranks():
     return launch(syncbn.checks_worker, 4, (SCENARIOS_4,))
 
@@ -82,7 +89,7 @@ def test_two_ranks_actually_synchronise(two_ranks):
     local = nn.functional.batch_norm(x[:3], None, None, w, b, training=True)  # rank 0 alone
     synced = torch.tensor(two_ranks[0]["scenarios"][1]["outputs"][0])
     gap = (local - synced).abs().max()
-    assert gap > 1e-2
+    assert gap > 1e-2, f"rank 0's local BatchNorm vs synchronised: expected a gap > 1e-2, got {gap}"
 
 
 def test_global_count_of_one_raises_on_every_rank(two_ranks):
@@ -124,6 +131,12 @@ def test_native_syncbatchnorm_cannot_train_on_cpu(two_ranks):
         )
         assert "SyncBatchNorm layers only work with GPU modules" in native["ddp_wrap"]
         assert native["eval_equal"]
+        # the native module's gloo branch gathers into a list: gloo takes a flat output tensor
+        # but not the (1, W * n) one the non-gloo branch allocates (notebook 07 section 4)
+        assert native["gloo_gather_flat"] is None, native
+        assert native["gloo_gather_1xN"].startswith(
+            "RuntimeError: ProcessGroupGloo::allgather: invalid output tensor list"
+        ), native
     with pytest.raises(
         NotImplementedError, match="aten::batch_norm_stats' with arguments from the 'CPU' backend"
     ):
@@ -218,3 +231,36 @@ def test_convert_top_level_batchnorm_and_process_group():
 def test_sync_batchnorm_class():
     assert sync_batchnorm_class("cpu") is CPUSyncBatchNorm
     assert sync_batchnorm_class(torch.device("cuda", 0)) is nn.SyncBatchNorm
+
+
+def test_native_size_check_is_local_and_world_size_one_only():
+    # the module docstring's claim: nn.SyncBatchNorm checks only the local count, for world
+    # size 1; CPUSyncBatchNorm checks the global count (test_global_count_of_one_raises...)
+    src = inspect.getsource(torch.nn.modules._functions.SyncBatchNorm.forward)
+    assert "if size == 1 and world_size < 2:" in src, src[:400]
+
+
+def test_eps_must_be_positive_in_synchronised_training(monkeypatch):
+    # F.batch_norm's check, with its message, on the synchronised path that bypasses it
+    message = "batch_norm eps must be positive during training, but got 0.0"
+    with pytest.raises(ValueError, match=message):
+        nn.functional.batch_norm(torch.randn(4, 3), None, None, training=True, eps=0.0)
+    monkeypatch.setattr(syncbn, "_sync_group", lambda group: object())  # as if synchronising
+    with pytest.raises(ValueError, match=message):  # raised before any collective
+        CPUSyncBatchNorm(3, eps=0.0)(torch.randn(4, 3))
+
+
+def test_cost_worker_counts_two_collectives_per_layer(cost):
+    for rank, r in enumerate(cost):
+        assert r["sync_class"] == "CPUSyncBatchNorm", r["sync_class"]
+        plain, sync = r["collectives"]["plain"], r["collectives"]["sync"]
+        added = sum(sync.values()) - sum(plain.values())
+        assert added == 2 * r["layers"], f"rank {rank}: {plain} vs {sync}"
+        assert sync.get("_c10d_functional.all_reduce.default") == 2 * r["layers"], sync
+        assert all(len(t) == 2 and min(t) > 0 for t in r["times"].values()), r["times"]
+    assert cost[0]["running_mean"]["sync"] == cost[1]["running_mean"]["sync"]
+    assert cost[0]["running_mean"]["plain"] != cost[1]["running_mean"]["plain"]
+
+
+def test_count_collectives_sees_nothing_without_collectives():
+    assert syncbn.count_collectives(lambda: torch.ones(3).sum()) == {}

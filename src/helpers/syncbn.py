@@ -1,14 +1,17 @@
 """SyncBatchNorm that trains on CPU: batch statistics over the global batch via one all-reduce.
 
-Used by: notebook 07 (BatchNorm and SyncBatchNorm), the DDP training script, tests/test_syncbn.py.
+Used by: notebook 07 (BatchNorm and SyncBatchNorm), the DDP training script (helpers.train_ddp),
+benchmarks/syncbn_cost.py and tests/test_syncbn.py.
 
 `nn.SyncBatchNorm` cannot train on CPU in torch 2.13 (its forward refuses CPU tensors and
-`aten::batch_norm_stats` has no CPU kernel). `CPUSyncBatchNorm` (exported as `SyncBatchNorm`)
-runs the same algorithm in plain tensor ops, so it works under gloo on CPU and, unchanged, on
-CUDA tensors under NCCL:
+`aten::batch_norm_stats` has no CPU kernel; tests/test_syncbn.py checks both).
+`CPUSyncBatchNorm` (exported as `SyncBatchNorm`) computes the same thing, BatchNorm over the
+global batch, in plain tensor ops and one all-reduce, so it trains under gloo on CPU; nothing in
+it is CPU-specific, but the collection tests it on CPU only (`native_syncbn_ddp_worker` compares
+it with `nn.SyncBatchNorm` where two GPUs are available):
 
     per channel c, on every rank:  [sum x, sum x^2, count]        # (3, C)
-    one all-reduce (SUM) over the process group                    # the only collective
+    one all-reduce (SUM) over the process group       # the forward's only collective
     mean = S / n,  var = SS / n - mean^2  (biased, used to normalise)
     running_var uses the unbiased var * n / (n - 1), n = the GLOBAL count
 
@@ -19,13 +22,19 @@ batch sizes (even zero), because the counts are reduced with the sums. Weight an
 gradients stay local per rank (summing them over ranks, as DDP's all-reduce does up to its
 averaging, gives the single-process gradient).
 
-Without an initialised process group, with world size 1, in eval mode, or with
-`track_running_stats=False` in eval mode, the module is exactly `nn.BatchNorm*d`.
+Without an initialised process group, with world size 1, or in eval mode, the module runs
+`_BatchNorm.forward`, the code of `nn.BatchNorm*d` (the tests compare the first two bitwise).
+Deliberate differences from `nn.SyncBatchNorm`: a global count of one value per channel raises
+BatchNorm's error (the native module only checks the local count, and only for world size 1),
+and the converter keeps layers that already synchronise (see `convert_sync_batchnorm`).
 
-Numerics: the statistics are accumulated in float64 on CPU (as CPU BatchNorm does) and in
-float32 elsewhere. `E[x^2] - E[x]^2` loses precision when |mean| >> std; nn.SyncBatchNorm
-instead all-gathers each rank's (mean, invstd, count) and merges them with a parallel-variance
-formula (`torch.batch_norm_gather_stats_with_counts`), which is better conditioned.
+Numerics: the sums are accumulated in float64 on CPU and in float32 elsewhere (float64 input
+stays float64). `E[x^2] - E[x]^2` cancels when |mean| >> std; float64 pushes that far out
+(notebook 07 shows float32 power sums failing on a channel where float64 ones hold).
+nn.SyncBatchNorm instead all-gathers each rank's (mean, invstd, count) and merges them in
+`torch.batch_norm_gather_stats_with_counts`, which receives per-rank means and inverse standard
+deviations with their counts, not power sums (its CUDA kernel is in aten/src/ATen/native/cuda/
+Normalization.cuh, which the wheel does not ship).
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ __all__ = [
     "global_batch_stats",
     "make_scenario",
     "make_global_batch",
-    "compare_worker",
+    "syncbn_scenarios_worker",
     "checks_worker",
     "native_cpu_probe",
     "single_rank_groups_worker",
@@ -55,11 +64,13 @@ __all__ = [
     "reference_run",
     "compare_with_reference",
     "native_syncbn_ddp_worker",
+    "count_collectives",
+    "syncbn_cost_worker",
 ]
 
 
 def _stats_dtype(x: Tensor) -> torch.dtype:
-    """Accumulation dtype: float64 on CPU (like CPU BatchNorm), float32 on accelerators."""
+    """Accumulation dtype: float64 on CPU, float32 on accelerators (float64 stays float64)."""
     if x.device.type == "cpu":
         return torch.float64
     return torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -141,6 +152,8 @@ class CPUSyncBatchNorm(_BatchNorm):
         group = _sync_group(self.process_group) if self.training else None
         if group is None:  # eval, no process group or world size 1: exactly BatchNorm
             return super().forward(input)
+        if self.eps <= 0.0:  # F.batch_norm's training check, same message
+            raise ValueError(f"batch_norm eps must be positive during training, but got {self.eps}")
 
         mean, var, n = global_batch_stats(input, group)  # (C,) each
         n_total = n[0].item() if n.numel() else 0.0
@@ -183,11 +196,13 @@ def convert_sync_batchnorm(
 ) -> nn.Module:
     """Replace every BatchNorm*d in `module` (recursively) by `sync_cls` (CPUSyncBatchNorm).
 
-    Like `nn.SyncBatchNorm.convert_sync_batchnorm`: the new layers reuse the old Parameter
-    objects (so values and `requires_grad` are kept, and an optimizer built before still
-    points at them) and the old buffers (running stats, num_batches_tracked), and copy the
-    training flag. Layers that already synchronise (this class or nn.SyncBatchNorm) are kept.
-    Returns the converted module (a new object when `module` itself is a BatchNorm).
+    As `nn.SyncBatchNorm.convert_sync_batchnorm` does in torch 2.13, the new layers reuse the
+    old Parameter objects (so values and `requires_grad` are kept, and an optimizer built before
+    still points at them) and the old buffers (running stats, num_batches_tracked), and copy the
+    training flag. Two differences: layers that already synchronise (this class or
+    nn.SyncBatchNorm) are kept with their process group (torch's converter rebuilds them), and
+    the new layers are `sync_cls` (torch's builds `nn.SyncBatchNorm` even when called on a
+    subclass). Returns the converted module (a new object when `module` itself is a BatchNorm).
     """
     sync_cls = sync_cls or CPUSyncBatchNorm
     out = module
@@ -308,7 +323,7 @@ def _run(module: nn.Module, scenario: dict, rows: slice, device: torch.device) -
     return out
 
 
-def compare_worker(rank: int, world_size: int, scenarios: Sequence[dict]) -> list[dict]:
+def syncbn_scenarios_worker(rank: int, world_size: int, scenarios: Sequence[dict]) -> list[dict]:
     """Run every scenario with CPUSyncBatchNorm on this rank's slice of the global batch.
 
     Every rank builds the same global batch (seeded) and keeps rows
@@ -391,19 +406,32 @@ def ddp_reference_step(batch_sizes: Sequence[int], seed: int) -> dict:
 
 
 def native_cpu_probe(rank: int, world_size: int) -> dict:
-    """What nn.SyncBatchNorm does on CPU inside a process group: train, DDP, eval.
+    """What nn.SyncBatchNorm does on CPU inside a process group: train, DDP, eval; and gloo.
 
-    Returns the error type and message of a training forward and of wrapping in DDP, and
-    whether eval mode gives the same output as BatchNorm2d (it does: no sync in eval).
+    Returns the error type and message (None: no error) of a training forward and of wrapping
+    in DDP, whether eval mode gives the same output as BatchNorm2d (no sync in eval), and what
+    gloo does with `dist.all_gather_single` into a flat (W * n,) output and into the
+    (1, W * n) output that nn.SyncBatchNorm's non-gloo branch allocates.
     """
+    import warnings
+
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     out: dict[str, Any] = {}
     x = torch.randn(4, 3, 2, 2)
     native = nn.SyncBatchNorm(3)
-    for key, call in [("train_forward", lambda: native(x)), ("ddp_wrap", lambda: DDP(native))]:
+    mine = torch.full((3,), float(rank))  # (n,), n = 3
+    calls = [
+        ("train_forward", lambda: native(x)),
+        ("ddp_wrap", lambda: DDP(native)),
+        ("gloo_gather_flat", lambda: dist.all_gather_single(torch.empty(world_size * 3), mine)),
+        ("gloo_gather_1xN", lambda: dist.all_gather_single(torch.empty(1, world_size * 3), mine)),
+    ]
+    for key, call in calls:
         try:
-            call()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                call()
             out[key] = None
         except Exception as err:  # noqa: BLE001 - the message is the result
             out[key] = f"{type(err).__name__}: {err}"
@@ -431,10 +459,10 @@ def checks_worker(
     single_rank_scenario: dict | None = None,
     probe_native: bool = False,
 ) -> dict:
-    """Many checks for the price of one launch: `compare_worker` for every scenario, then
+    """Many checks for the price of one launch: `syncbn_scenarios_worker` for every scenario, then
     optionally `ddp_step_worker` (first scenario's batch sizes), `single_rank_groups_worker`
     and `native_cpu_probe`. Returns a dict with keys scenarios, ddp, single_rank, native."""
-    out: dict[str, Any] = {"scenarios": compare_worker(rank, world_size, scenarios)}
+    out: dict[str, Any] = {"scenarios": syncbn_scenarios_worker(rank, world_size, scenarios)}
     if ddp_seed is not None:
         out["ddp"] = ddp_step_worker(rank, world_size, scenarios[0]["batch_sizes"], ddp_seed)
     if single_rank_scenario is not None:
@@ -515,7 +543,7 @@ def native_syncbn_ddp_worker(rank: int, world_size: int, scenario: dict) -> dict
     rows = slice(start, start + sizes[rank])
     c = scenario["feature_shape"][0]
     bn = _bn_class(len(scenario["feature_shape"]) + 1)(c, momentum=scenario["momentum"])
-    native = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(bn).to(device), device_ids=[rank])
+    native = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(bn).to(device), device_ids=[device.index])
     ours = convert_sync_batchnorm(_bn_class(len(scenario["feature_shape"]) + 1)(c)).to(device)
     ours.momentum = scenario["momentum"]
     diffs = {"outputs": 0.0, "input_grads": 0.0, "weight_grads": 0.0}
@@ -542,3 +570,109 @@ def native_syncbn_ddp_worker(rank: int, world_size: int, scenario: dict) -> dict
     diffs["running_var"] = float((native.module.running_var - ours.running_var).abs().max())
     diffs["device_type"] = device.type
     return diffs
+
+
+# --------------------------------------------------------------------------------------------
+# What synchronising costs (notebook 07 section 7, benchmarks/syncbn_cost.py)
+# --------------------------------------------------------------------------------------------
+
+
+def count_collectives(step: Any) -> dict[str, int]:
+    """Run `step()` and count the collective ops it dispatches (forward, backward, DDP's own).
+
+    Counts every op of the `c10d` and `_c10d_functional` namespaces except the bookkeeping
+    ones (`wait_tensor`, `_wrap_tensor_autograd`), by op name.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts: dict[str, int] = {}
+
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func)  # e.g. "_c10d_functional.all_reduce.default"
+            namespace = name.split(".")[0]
+            if namespace in ("c10d", "_c10d_functional") and not any(
+                skip in name for skip in ("wait_tensor", "_wrap_tensor_autograd")
+            ):
+                counts[name] = counts.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count():
+        step()
+    return counts
+
+
+def _bn_net(channels: int, layers: int) -> nn.Module:
+    """`layers` blocks of Conv(3x3) -> BatchNorm2d -> ReLU, then pool and a Linear."""
+    torch.manual_seed(0)  # same initial weights in every process
+    blocks: list[nn.Module] = [nn.Conv2d(3, channels, 3, padding=1)]
+    for i in range(layers):
+        if i:
+            blocks.append(nn.Conv2d(channels, channels, 3, padding=1))
+        blocks += [nn.BatchNorm2d(channels), nn.ReLU()]
+    return nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 2))
+
+
+def syncbn_cost_worker(
+    rank: int,
+    world_size: int,
+    steps: int = 20,
+    batch: int = 8,
+    size: int = 16,
+    channels: int = 16,
+    layers: int = 4,
+) -> dict:
+    """Step times of the same DDP model with plain BatchNorm2d and with synchronised BN.
+
+    Synchronised BN is `sync_batchnorm_class(device)`: nn.SyncBatchNorm on CUDA, CPUSyncBatchNorm
+    otherwise. The two models alternate step by step (which goes first alternates too), so both
+    see the same machine load. Returns per model the step times in seconds (after 2 warm-up
+    steps), the collectives of one extra, untimed step, and the first BN layer's running mean
+    after the last step (plain BN: each rank's own; synchronised: the global batch's).
+    """
+    import time
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from helpers.launch import current_device
+
+    device = current_device()
+    sync_cls = sync_batchnorm_class(device)
+    models = {
+        "plain": _bn_net(channels, layers),
+        "sync": sync_cls.convert_sync_batchnorm(_bn_net(channels, layers)),
+    }
+    kwargs = {"device_ids": [device.index]} if device.type == "cuda" else {}
+    ddps = {k: DDP(m.to(device), **kwargs) for k, m in models.items()}
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in ddps.items()}
+    g = torch.Generator().manual_seed(100 + rank)  # each rank its own data
+    x = torch.randn(batch, 3, size, size, generator=g).to(device)  # (B, 3, H, W)
+
+    def step(name: str) -> None:
+        opts[name].zero_grad()
+        ddps[name](x).square().mean().backward()
+        opts[name].step()
+
+    def timed(name: str) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        step(name)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    for _ in range(2):  # warm-up: allocator, first-call paths, DDP's first-iteration work
+        step("plain"), step("sync")
+    times: dict[str, list[float]] = {"plain": [], "sync": []}
+    for i in range(steps):
+        order = ("plain", "sync") if i % 2 == 0 else ("sync", "plain")
+        for name in order:
+            times[name].append(timed(name))
+    out: dict[str, Any] = {"times": times, "sync_class": sync_cls.__name__, "layers": layers}
+    out["collectives"] = {k: count_collectives(lambda k=k: step(k)) for k in ddps}
+    out["running_mean"] = {
+        k: next(b for n, b in m.named_buffers() if n.endswith("running_mean")).cpu().tolist()
+        for k, m in models.items()
+    }
+    return out
