@@ -18,6 +18,8 @@ import time
 
 import torch.distributed as dist
 
+from helpers.processes import LOOPBACK_IFNAME
+
 
 def noop_worker(rank: int, world_size: int) -> int:
     """What both launchers run: the process group is up; do one barrier (in teardown)."""
@@ -43,7 +45,8 @@ def _time_launch(world_size: int) -> float:
 
 
 def _time_torchrun(world_size: int) -> float:
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    # the same pin as helpers.launch: gloo on loopback, not where the host name resolves
+    env = dict(os.environ, GLOO_SOCKET_IFNAME=LOOPBACK_IFNAME, OMP_NUM_THREADS="1")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc-per-node={world_size}", __file__, "--torchrun-worker",
