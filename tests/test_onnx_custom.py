@@ -185,11 +185,35 @@ def test_then_vs_now_probes() -> None:
     assert not oc.api_present("torch.onnx.OnnxRegistry")
     assert oc.api_present("export(custom_translation_table=)")
     assert not oc.api_present("export(fallback=)")
-    with pytest.raises(ValueError, match="not a torch name"):
-        oc.api_present("onnx.helper")
+    with pytest.raises(ValueError, match="not a dotted name"):
+        oc.api_present("helper")
     rows = oc.then_vs_now_rows()
     assert len(rows) == len(oc.THEN_VS_NOW)
-    assert {status for _, status, _ in rows} <= {"present", "gone", "-"}
+    statuses = {s for _, old, _, new in rows for s in (old, new)}
+    assert statuses <= {"present", "gone", "-"}, statuses
+    found = {old: (status, new_status) for old, status, _, new_status in rows}
+    assert found == oc.then_vs_now_expected()
+
+
+def test_presence_probe_imports_submodules(monkeypatch) -> None:
+    """The bug this replaced: hasattr on a package misses a submodule nobody imported yet."""
+    import sys
+
+    import torch.onnx
+
+    monkeypatch.delitem(sys.modules, "torch.onnx.symbolic_opset11", raising=False)
+    monkeypatch.delattr(torch.onnx, "symbolic_opset11", raising=False)
+    assert not hasattr(torch.onnx, "symbolic_opset11")  # what the old probe saw
+    assert oc.api_present("torch.onnx.symbolic_opset11")  # the compatibility module exists
+
+
+def test_then_vs_now_expected_flags_a_changed_api(monkeypatch) -> None:
+    import torch.onnx
+
+    monkeypatch.setattr(torch.onnx, "dynamo_export", lambda *a: None, raising=False)
+    found = {old: status for old, status, _, _ in oc.then_vs_now_rows()}
+    assert found["torch.onnx.dynamo_export"] == "present"
+    assert oc.then_vs_now_expected()["torch.onnx.dynamo_export"][0] == "gone"
 
 
 def test_show_then_vs_now_prints_a_table(capsys) -> None:
@@ -214,3 +238,83 @@ def test_resize_semantics() -> None:
     half = {d["coordinate_transformation_mode"] for d in oc.matching_resize_attrs("bilinear")}
     assert half == {"half_pixel", "pytorch_half_pixel"}
     assert oc.resize_in_ort(img, 3, mode="linear").shape == (1, 1, 3, 3)
+
+
+# --------------------------------------------------------------------------- issue 10 and 12
+
+
+def test_stub_signatures_read_the_installed_stubs() -> None:
+    stubs = oc.stub_signatures("asinh")
+    assert (
+        "torch/_C/_VariableFunctions.pyi",
+        "def asinh(input: Tensor, *, out: Tensor | None = None) -> Tensor:",
+    ) in stubs
+    assert ("torch/_C/__init__.pyi", "def asinh(self) -> Tensor:") in stubs
+    assert oc.stub_signatures("no_such_op_anywhere") == []
+    assert all(not line.startswith("def asinh_(") for _, line in stubs)  # exact name only
+
+
+def test_ort_error_without_inputs_builds_the_session_only(legacy_custom_domain) -> None:
+    err = oc.ort_error(legacy_custom_domain)
+    assert err is not None and ORT_NO_KERNEL in err
+    assert oc.ort_error(export_onnx(oc.AsinhModel(), (X,))) is None
+
+
+def test_custom_op_export_calls_the_fake_implementation() -> None:
+    before = oc.asinh_op_fake_calls()
+    export_onnx(oc.CustomOpAsinhModel(), (X,), custom_translation_table=oc.CUSTOM_OP_TABLE)
+    assert oc.asinh_op_fake_calls() > before
+
+
+def test_untyped_custom_symbolic_loses_the_static_shape_and_warns() -> None:
+    with oc.registered_symbolic("aten::asinh", oc.asinh_symbolic_untyped, 9):
+        model_proto = oc.legacy_export(oc.AsinhModel(), (X,))
+    dims = model_proto.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_param != "" for d in dims] == [True, True]
+    assert {o.domain: o.version for o in model_proto.opset_import}[oc.CUSTOM_DOMAIN] == 1
+    warnings_ = oc.native_warnings()
+    assert any("shape inference of custom_domain::Asinh" in w for w in warnings_), warnings_
+    assert not any(w.startswith("[W") for w in warnings_), "c10 prefix not stripped"
+
+
+@pytest.fixture(scope="module")
+def library() -> str:
+    return oc.ort_extensions_library()
+
+
+def test_extensions_library_is_registered_once(library) -> None:
+    assert oc.ort_extensions_library() == library
+    import onnxruntime_extensions
+
+    assert onnxruntime_extensions.default_opset_domain() == oc.CONTRIB_DOMAIN
+
+
+def test_old_exporter_contrib_domain_runs_with_extensions(library) -> None:
+    with oc.registered_symbolic("aten::asinh", oc.asinh_symbolic_contrib, 9):
+        model_proto = oc.legacy_export(oc.AsinhModel(), (X,), custom_opsets={oc.CONTRIB_DOMAIN: 1})
+    assert list_ops(model_proto) == {"ai.onnx.contrib::Asinh": 1}
+    calls = oc.contrib_kernel_calls()
+    report = verify_with_ort(model_proto, torch.asinh, X, custom_ops_library=library)
+    assert report.passed, str(report)
+    assert oc.contrib_kernel_calls() == calls + 1
+    err = oc.ort_error(model_proto, X)  # without the library
+    assert err is not None and "ai.onnx.contrib:Asinh(-1) is not a registered" in err
+
+
+def test_custom_domain_is_refused_even_with_the_extensions_library(
+    legacy_custom_domain, library
+) -> None:
+    err = oc.ort_error(legacy_custom_domain, X, custom_ops_library=library)
+    assert err is not None and ORT_NO_KERNEL in err
+
+
+def test_onnx_ops_symbolic_contrib_runs_with_extensions_or_a_body(library) -> None:
+    model_proto = export_onnx(oc.SymbolicAsinhModel(oc.CONTRIB_DOMAIN), (X,))
+    assert oc.node_schema(model_proto)[0]["domain"] == oc.CONTRIB_DOMAIN
+    report = verify_with_ort(model_proto, torch.asinh, X, custom_ops_library=library)
+    assert report.passed, str(report)
+    with_body = oc.attach_function_body(model_proto, domain=oc.CONTRIB_DOMAIN)
+    _assert_matches_asinh(with_body)  # no library: the body runs
+    calls = oc.contrib_kernel_calls()
+    report = verify_with_ort(with_body, torch.asinh, X, custom_ops_library=library)
+    assert report.passed and oc.contrib_kernel_calls() == calls + 1  # the kernel wins

@@ -9,28 +9,37 @@ opset. The routes gathered here:
 
 - old exporter: `torch.onnx.register_custom_op_symbolic` with `g.op()` emitting a standard op
   (`asinh_symbolic_standard`), a chain of standard ops (`asinh_symbolic_composite`) or a
-  custom-domain op (`asinh_symbolic_custom_domain`); `torch.autograd.Function.symbolic`
-  (`AsinhFunction`);
+  custom-domain op (`asinh_symbolic_custom_domain`, `asinh_symbolic_contrib`);
+  `torch.autograd.Function.symbolic` (`AsinhFunction`);
 - new exporter (`dynamo=True`): `custom_translation_table` with plain functions over onnxscript
   ops (`asinh_translation*`), `torch.onnx.ops.symbolic` inside `forward`
   (`SymbolicAsinhModel`), and a `torch.library.custom_op` with a fake implementation
   (`asinh_op`, `CustomOpAsinhModel`, `CUSTOM_OP_TABLE`).
 
+Custom-domain nodes run in ONNX Runtime two ways: a Python kernel registered through
+onnxruntime-extensions (`ort_extensions_library`; its Python ops live in the domain
+`ai.onnx.contrib`, so those models are exported into that domain), or an ONNX function body of
+standard ops stored in the model (`attach_function_body`).
+
 Exports go through `helpers.onnx_tools.export_onnx` (quiet). The TorchScript exporter also
-writes "Torch IR graph at exception" from C++ straight to file descriptor 1 when an export fails
-(its logging switch is left on after the first export), which a notebook would show as cell
-output: `legacy_export_error` silences that descriptor around the call.
+writes "Torch IR graph at exception" from C++ straight to file descriptor 1 when an export fails:
+its `setup_onnx_logging` tests the function `_C._jit_is_onnx_log_enabled` instead of calling
+it, so every export switches that log on and none switches it off. A notebook would show the
+graph as cell output: `legacy_export_error` silences that descriptor around the call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,36 +48,46 @@ import torch
 from onnx import helper
 from onnxscript import opset18 as op
 
-from helpers.onnx_tools import as_model_proto, export_onnx, quiet_onnx, run_ort
+from helpers.claims import present
+from helpers.onnx_tools import _session, as_model_proto, export_onnx, quiet_onnx, run_ort
 
 __all__ = [
     "CUSTOM_DOMAIN",
+    "CONTRIB_DOMAIN",
     "AsinhModel",
+    "stub_signatures",
     "sample_input",
     "legacy_export",
     "legacy_export_error",
+    "native_warnings",
     "legacy_symbolic_opsets",
     "registered_symbolic",
     "forget_custom_symbolic",
     "asinh_symbolic_standard",
     "asinh_symbolic_composite",
     "asinh_symbolic_custom_domain",
+    "asinh_symbolic_contrib",
+    "asinh_symbolic_untyped",
     "AsinhFunction",
     "AsinhFunctionModel",
     "asinh_translation",
     "asinh_translation_composite",
     "SymbolicAsinhModel",
     "asinh_op",
+    "asinh_op_fake_calls",
     "CustomOpAsinhModel",
     "CUSTOM_OP_TABLE",
     "dynamo_export_error",
     "node_schema",
     "ort_error",
+    "ort_extensions_library",
+    "contrib_kernel_calls",
     "attach_function_body",
     "onnx_schema_since",
     "THEN_VS_NOW",
     "api_present",
     "then_vs_now_rows",
+    "then_vs_now_expected",
     "show_then_vs_now",
     "resize_in_ort",
     "interpolate_matches",
@@ -76,8 +95,10 @@ __all__ = [
 ]
 
 CUSTOM_DOMAIN = "custom_domain"
-# attribute carried by the custom-domain node: TensorRT's ONNX parser reads a plugin's version
-# from such an attribute; here it only shows that a custom node can carry attributes
+# the domain onnxruntime-extensions registers its Python kernels in (its C++ library fixes it:
+# `onnxruntime_extensions.default_opset_domain()`; `Opdef.create` takes no domain)
+CONTRIB_DOMAIN = "ai.onnx.contrib"
+# an attribute the custom node carries to its kernel (a string, as plugin versions often are)
 PLUGIN_VERSION = "1"
 
 
@@ -101,6 +122,24 @@ def sample_input() -> torch.Tensor:
     return torch.linspace(-6.0, 6.0, 12).reshape(3, 4)
 
 
+def stub_signatures(name: str) -> list[tuple[str, str]]:
+    """Every `def name(` line in the installed torch's generated stubs (`torch/_C/*.pyi`,
+    `torch/_VF.pyi`): (path inside the package, the line). The stubs are generated from
+    ATen's `native_functions.yaml`; `_VariableFunctions.pyi` holds the `torch.*` functions,
+    `_C/__init__.pyi` the `Tensor` methods, `_C/_nn.pyi` the `torch._C._nn` ones."""
+    root = Path(torch.__file__).parent
+    files = sorted((root / "_C").glob("*.pyi")) + [root / "_VF.pyi"]
+    pattern = re.compile(rf"^\s*def {re.escape(name)}\(")
+    found = []
+    for path in files:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            if pattern.match(line):
+                found.append((path.relative_to(root.parent).as_posix(), line.strip()))
+    return found
+
+
 # --------------------------------------------------------------------------- old exporter
 
 
@@ -119,6 +158,31 @@ def _fd1_silenced() -> Iterator[None]:
         os.close(devnull)
 
 
+# c10's log prefix: severity + date, time, source file and line ("[W1201 02:45:24.83 x.cpp:12] ")
+_NATIVE_PREFIX = re.compile(r"^\[[WEIF]\d{4} [\d:.]+ [\w./-]+:\d+\] ")
+_NATIVE_LINES: list[str] = []
+
+
+@contextlib.contextmanager
+def _fd2_captured(sink: list[str]) -> Iterator[None]:
+    """Point file descriptor 2 at a temporary file; afterwards append its lines to `sink`.
+
+    C++ warnings (c10's `TORCH_WARN` without a Python handler) go to descriptor 2 with a
+    timestamp, which nbval could never compare; the caller gets them as data instead.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            sink.extend(tmp.read().decode(errors="replace").splitlines())
+
+
 def legacy_export(
     model: torch.nn.Module,
     args: Any,
@@ -126,10 +190,19 @@ def legacy_export(
     opset_version: int = 17,
     custom_opsets: dict[str, int] | None = None,
 ) -> onnx.ModelProto:
-    """Export with the TorchScript exporter (`dynamo=False`), quietly; return the ModelProto."""
+    """Export with the TorchScript exporter (`dynamo=False`), quietly; return the ModelProto.
+
+    What its C++ side wrote to descriptor 2 is kept for `native_warnings()`.
+    """
     kwargs = {"custom_opsets": custom_opsets} if custom_opsets else {}
-    with _fd1_silenced():
+    _NATIVE_LINES.clear()
+    with _fd1_silenced(), _fd2_captured(_NATIVE_LINES):
         return export_onnx(model, args, dynamo=False, opset_version=opset_version, **kwargs)
+
+
+def native_warnings() -> list[str]:
+    """What the last `legacy_export` wrote to descriptor 2, without c10's timestamp prefix."""
+    return [_NATIVE_PREFIX.sub("", line) for line in _NATIVE_LINES if line.strip()]
 
 
 def legacy_export_error(
@@ -143,10 +216,17 @@ def legacy_export_error(
     return None
 
 
+def _legacy_opsets() -> range:
+    """The opsets the TorchScript exporter accepts (`torch.onnx._constants`)."""
+    from torch.onnx import _constants
+
+    return range(_constants.ONNX_MIN_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET + 1)
+
+
 def _legacy_registry():
     from torch.onnx._internal.torchscript_exporter import registration
 
-    for version in range(7, 21):  # each symbolic_opsetN module registers on import
+    for version in _legacy_opsets():  # each symbolic_opsetN module registers on import
         with contextlib.suppress(ImportError):
             importlib.import_module(
                 f"torch.onnx._internal.torchscript_exporter.symbolic_opset{version}"
@@ -154,10 +234,11 @@ def _legacy_registry():
     return registration.registry
 
 
-def legacy_symbolic_opsets(name: str, opsets: range = range(7, 21)) -> list[int]:
-    """The opsets at which the TorchScript exporter has a symbolic function for `name`."""
+def legacy_symbolic_opsets(name: str, opsets: range | None = None) -> list[int]:
+    """The opsets (default: all the TorchScript exporter accepts) at which its registry finds a
+    symbolic function for `name` (`registry.is_registered_op`, which dispatches by opset)."""
     registry = _legacy_registry()
-    return [v for v in opsets if registry.is_registered_op(name, v)]
+    return [v for v in (opsets or _legacy_opsets()) if registry.is_registered_op(name, v)]
 
 
 def forget_custom_symbolic(name: str) -> bool:
@@ -200,10 +281,21 @@ def asinh_symbolic_composite(g, x):
     return g.op("Log", g.op("Add", x, root))
 
 
-def asinh_symbolic_custom_domain(g, x):
+def asinh_symbolic_custom_domain(g, x, domain: str = CUSTOM_DOMAIN):
     """aten::asinh -> `custom_domain::Asinh`: a node a runtime must supply a kernel for."""
-    # the exporter cannot infer a custom op's output type: copy the input's (same shape/dtype)
-    return g.op(f"{CUSTOM_DOMAIN}::Asinh", x, plugin_version_s=PLUGIN_VERSION).setType(x.type())
+    # ONNX shape inference knows nothing of a custom op: without setType the output keeps
+    # only the traced dtype and rank; copying the input's type keeps the static shape too
+    return g.op(f"{domain}::Asinh", x, plugin_version_s=PLUGIN_VERSION).setType(x.type())
+
+
+def asinh_symbolic_contrib(g, x):
+    """aten::asinh -> `ai.onnx.contrib::Asinh`: the domain onnxruntime-extensions serves."""
+    return asinh_symbolic_custom_domain(g, x, domain=CONTRIB_DOMAIN)
+
+
+def asinh_symbolic_untyped(g, x):
+    """`custom_domain::Asinh` without `setType`: what the exporter infers on its own."""
+    return g.op(f"{CUSTOM_DOMAIN}::Asinh", x, plugin_version_s=PLUGIN_VERSION)
 
 
 class AsinhFunction(torch.autograd.Function):
@@ -247,13 +339,17 @@ def asinh_translation_composite(x):
 
 
 class SymbolicAsinhModel(_InferenceModule):
-    """asinh in eager mode; a `custom_domain::Asinh` node when exported (dynamo exporter)."""
+    """asinh in eager mode; a `<domain>::Asinh` node when exported (dynamo exporter)."""
+
+    def __init__(self, domain: str = CUSTOM_DOMAIN) -> None:
+        super().__init__()
+        self.domain = domain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.onnx.is_in_onnx_export():
             # eager `torch.onnx.ops.symbolic` returns zeros of the given shape: export only
             return torch.onnx.ops.symbolic(
-                f"{CUSTOM_DOMAIN}::Asinh",
+                f"{self.domain}::Asinh",
                 (x,),
                 {"plugin_version": PLUGIN_VERSION},
                 dtype=x.dtype,
@@ -269,10 +365,19 @@ def asinh_op(x: torch.Tensor) -> torch.Tensor:
     return torch.asinh(x)
 
 
+_FAKE_CALLS = [0]
+
+
 @asinh_op.register_fake
 def _asinh_op_fake(x: torch.Tensor) -> torch.Tensor:
     # shapes and dtypes only: what torch.export traces with
+    _FAKE_CALLS[0] += 1
     return torch.empty_like(x)
+
+
+def asinh_op_fake_calls() -> int:
+    """How often the fake implementation of `nb11::asinh` has run in this process."""
+    return _FAKE_CALLS[0]
 
 
 class CustomOpAsinhModel(_InferenceModule):
@@ -322,13 +427,53 @@ def node_schema(model: Any, *, custom_only: bool = False) -> list[dict[str, Any]
     return rows
 
 
-def ort_error(model: Any, *inputs: Any) -> str | None:
-    """What ONNX Runtime says when it loads and runs `model`, or None when it runs."""
+def ort_error(model: Any, *inputs: Any, custom_ops_library: str | None = None) -> str | None:
+    """What ONNX Runtime says when it loads and runs `model`, or None when it runs.
+
+    Without inputs it only builds the session (where unknown ops are refused).
+    """
     try:
-        run_ort(model, *inputs)
+        if inputs:
+            run_ort(model, *inputs, custom_ops_library=custom_ops_library)
+        else:
+            _session(model, custom_ops_library)
     except Exception as err:  # the message is the result
         return f"{type(err).__name__}: {err}"
     return None
+
+
+_CONTRIB_CALLS = [0]
+
+
+def _asinh_kernel(x: np.ndarray, plugin_version: str = PLUGIN_VERSION) -> np.ndarray:
+    """The Python kernel behind `ai.onnx.contrib::Asinh` (float32 in, float32 out)."""
+    _CONTRIB_CALLS[0] += 1
+    return np.arcsinh(x)
+
+
+@functools.cache
+def ort_extensions_library() -> str:
+    """Register the Python kernel for `ai.onnx.contrib::Asinh` (once per process) and return
+    the onnxruntime-extensions library a session must load (`register_custom_ops_library`)."""
+    from onnxruntime_extensions import PyOp, default_opset_domain, get_library_path, onnx_op
+
+    if default_opset_domain() != CONTRIB_DOMAIN:
+        raise RuntimeError(
+            f"onnxruntime-extensions serves Python ops in {default_opset_domain()!r}, "
+            f"this module exports into {CONTRIB_DOMAIN!r}"
+        )
+    onnx_op(
+        op_type="Asinh",
+        inputs=[PyOp.dt_float],
+        outputs=[PyOp.dt_float],
+        attrs={"plugin_version": PyOp.dt_string},
+    )(_asinh_kernel)
+    return get_library_path()
+
+
+def contrib_kernel_calls() -> int:
+    """How often ONNX Runtime has called the Python `ai.onnx.contrib::Asinh` kernel."""
+    return _CONTRIB_CALLS[0]
 
 
 def attach_function_body(
@@ -336,8 +481,8 @@ def attach_function_body(
 ) -> onnx.ModelProto:
     """A copy of `model` that defines `domain::op_type` as a model-local ONNX function.
 
-    The body is one standard op (`body_op`) over the default domain; ONNX Runtime inlines
-    such functions, so a custom-domain node runs without a native kernel.
+    The body is one standard op (`body_op`) over the default domain: a runtime without a
+    kernel of its own for `domain::op_type` runs the body (notebook 11 checks both cases).
     """
     model_proto = onnx.ModelProto()
     model_proto.CopyFrom(as_model_proto(model))
@@ -363,69 +508,125 @@ def onnx_schema_since(op_type: str, domain: str = "") -> int | None:
 
 # --------------------------------------------------------------------------- then vs now
 
-# (old API, what to probe in the installed torch, its replacement in the new exporter).
-# A probe is a dotted name ("torch.onnx.dynamo_export": does it exist?), a parameter of
+# (old API, its probe, the probe's expected result in the pinned torch, replacement, its probe).
+# A probe is a dotted name ("torch.onnx.dynamo_export": does it import / exist?), a parameter of
 # torch.onnx.export ("export(fallback=)": does export still take it?) or "-" (nothing to probe).
-THEN_VS_NOW: list[tuple[str, str, str]] = [
+THEN_VS_NOW: list[tuple[str, str, str, str, str]] = [
     (
         "torch.onnx.register_custom_op_symbolic",
         "torch.onnx.register_custom_op_symbolic",
-        "custom_translation_table={aten op: fn} (old one: dynamo=False only)",
+        "present",
+        "custom_translation_table={aten op: fn}",
+        "export(custom_translation_table=)",
     ),
     (
         "torch.onnx.symbolic_helper.parse_args",
         "torch.onnx.symbolic_helper.parse_args",
-        "onnxscript function: attributes are plain Python arguments",
+        "present",
+        "onnxscript function, attributes as arguments",
+        "onnxscript.script",
     ),
     (
         "autograd.Function.symbolic",
         "-",
-        "torch.library.custom_op + translation, or torch.onnx.ops.symbolic",
+        "-",
+        "torch.library.custom_op or torch.onnx.ops.symbolic",
+        "torch.library.custom_op",
     ),
-    ("export(custom_opsets=)", "export(custom_opsets=)", "torch.onnx.ops.symbolic(version=)"),
-    ("export(operator_export_type=)", "export(operator_export_type=)", "dynamo=True ignores it"),
-    ("export(fallback=)", "export(fallback=)", "none: retry with dynamo=False yourself"),
-    ("torch.onnx.dynamo_export", "torch.onnx.dynamo_export", "torch.onnx.export(dynamo=True)"),
-    ("torch.onnx.OnnxRegistry", "torch.onnx.OnnxRegistry", "custom_translation_table="),
-    ("torch.onnx.ExportOptions", "torch.onnx.ExportOptions", "keyword arguments of export"),
-    ("torch.onnx.enable_fake_mode", "torch.onnx.enable_fake_mode", "register_fake + torch.export"),
-    ("torch.onnx.symbolic_opset11", "torch.onnx.symbolic_opset11", "onnxscript torch_lib ops"),
-    ("torch.onnx.is_in_onnx_export", "torch.onnx.is_in_onnx_export", "same (dynamo too)"),
+    (
+        "export(custom_opsets=)",
+        "export(custom_opsets=)",
+        "present",
+        "torch.onnx.ops.symbolic(version=)",
+        "torch.onnx.ops.symbolic",
+    ),
+    (
+        "export(operator_export_type=)",
+        "export(operator_export_type=)",
+        "present",
+        "ignored by dynamo=True",
+        "-",
+    ),
+    ("export(fallback=)", "export(fallback=)", "gone", "none: retry with dynamo=False", "-"),
+    (
+        "torch.onnx.dynamo_export",
+        "torch.onnx.dynamo_export",
+        "gone",
+        "torch.onnx.export (dynamo=True default)",
+        "torch.onnx.export",
+    ),
+    (
+        "torch.onnx.OnnxRegistry",
+        "torch.onnx.OnnxRegistry",
+        "gone",
+        "custom_translation_table=",
+        "export(custom_translation_table=)",
+    ),
+    (
+        "torch.onnx.ExportOptions",
+        "torch.onnx.ExportOptions",
+        "gone",
+        "keyword arguments of export",
+        "-",
+    ),
+    (
+        "torch.onnx.enable_fake_mode",
+        "torch.onnx.enable_fake_mode",
+        "gone",
+        "register_fake + torch.export",
+        "torch.library.register_fake",
+    ),
+    (
+        "torch.onnx.symbolic_opset11",
+        "torch.onnx.symbolic_opset11",
+        "present",
+        "compat module; new: onnxscript torch_lib",
+        "onnxscript.function_libs.torch_lib.ops",
+    ),
+    (
+        "torch.onnx.is_in_onnx_export",
+        "torch.onnx.is_in_onnx_export",
+        "present",
+        "same, dynamo exports included",
+        "torch.onnx.is_in_onnx_export",
+    ),
 ]
 
 
 def api_present(probe: str) -> bool:
-    """Whether `torch.a.b` exists, or whether `torch.onnx.export` takes `export(name=)`."""
+    """Whether a dotted name exists (submodules imported: `helpers.claims.present`), or whether
+    `torch.onnx.export` takes `export(name=)`."""
     param = re.fullmatch(r"export\((\w+)=\)", probe)
     if param:
         return param.group(1) in inspect.signature(torch.onnx.export).parameters
-    parts = probe.split(".")
-    if parts[0] != "torch":
-        raise ValueError(f"not a torch name or export parameter: {probe!r}")
-    obj: Any = torch
-    for part in parts[1:]:
-        if not hasattr(obj, part):
-            return False
-        obj = getattr(obj, part)
-    return True
+    if "." not in probe:
+        raise ValueError(f"not a dotted name or export parameter: {probe!r}")
+    return present(probe)
 
 
-def then_vs_now_rows() -> list[tuple[str, str, str]]:
-    """THEN_VS_NOW with the middle column probed live: 'present', 'gone' or '-' (not a name)."""
-    rows = []
-    for old, probe, new in THEN_VS_NOW:
-        status = "-" if probe == "-" else ("present" if api_present(probe) else "gone")
-        rows.append((old, status, new))
-    return rows
+def _status(probe: str) -> str:
+    return "-" if probe == "-" else ("present" if api_present(probe) else "gone")
+
+
+def then_vs_now_rows() -> list[tuple[str, str, str, str]]:
+    """THEN_VS_NOW probed live: (old API, its status, replacement, the replacement's status);
+    a status is 'present', 'gone' or '-' (nothing to probe)."""
+    return [(old, _status(p), new, _status(q)) for old, p, _, new, q in THEN_VS_NOW]
+
+
+def then_vs_now_expected() -> dict[str, tuple[str, str]]:
+    """Per old API: (its expected status, 'present' or '-' for the replacement)."""
+    return {old: (exp, "-" if q == "-" else "present") for old, _, exp, _, q in THEN_VS_NOW}
 
 
 def show_then_vs_now() -> None:
-    """Print the then-vs-now table with the installed torch's status column."""
-    rows = [("then (old API)", "in 2.13", "now"), *then_vs_now_rows()]
+    """Print the then-vs-now table with the installed packages' status columns."""
+    rows = [("then (old API)", "in 2.13", "now", "in 2.13"), *then_vs_now_rows()]
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
-    for old, status, new in rows:
-        print(f"{old:<{w0}}  {status:<{w1}}  {new}")
+    w2 = max(len(r[2]) for r in rows)
+    for old, status, new, new_status in rows:
+        print(f"{old:<{w0}}  {status:<{w1}}  {new:<{w2}}  {new_status}")
 
 
 # --------------------------------------------------------------------------- exercise: Resize

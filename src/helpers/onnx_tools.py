@@ -2,7 +2,10 @@
 tables, printable graphs and where each exporter keeps its ATen-to-ONNX translations.
 
 Used by: notebooks 10 (ONNX export, old and new) and 11 (custom operators). CPU only: ONNX
-Runtime runs with its CPU provider and one thread, so results do not depend on the machine.
+Runtime runs with its CPU provider and one thread, so a reduction runs in one fixed order; its
+kernels may still round differently on another CPU (vector width), which is why parity is
+reported as thresholds, never as raw errors. `custom_ops_library=` registers a custom-op
+library (onnxruntime-extensions) with the session.
 
 Assumes the pinned stack (torch 2.13, onnx, onnxscript, onnxruntime; see STACK_NOTES): the
 default exporter is the dynamo one (`torch.onnx.export(..., dynamo=True)`, an `ONNXProgram`);
@@ -65,13 +68,13 @@ _NOISY_LOGGERS = {
 def quiet_onnx() -> Iterator[None]:
     """Silence what the pinned exporters print on every call, and only that.
 
-    Inside: the `torch.onnx` logger at ERROR (the dynamo exporter logs "torchvision is not
-    installed" lines when it builds its registry), torch.export's loggers quiet, FutureWarnings
-    and DeprecationWarnings ignored (the TorchScript exporter's deprecation notice, pytree's
-    `LeafSpec` notice), and stderr captured: a failed `torch.export` attempt prints its partial
-    FX graph there (with file paths). On failure the capture is attached to the exception as
-    `captured_stderr`; on success it is written back, so other warnings (a TracerWarning about
-    a traced branch) still reach the caller.
+    Inside: the `torch.onnx` logger at ERROR (the dynamo exporter's registry logs a warning
+    per torchvision op when torchvision is not installed: `_registration._get_overload`),
+    torch.export's loggers quiet, FutureWarnings and DeprecationWarnings ignored (the
+    TorchScript exporter's DeprecationWarning in `torch.onnx.export`, pytree's `LeafSpec`
+    notice), and stderr captured: a failed `torch.export` attempt can print there. On failure
+    the capture is attached to the exception as `captured_stderr`; on success it is written
+    back, so other warnings (a TracerWarning about a traced branch) still reach the caller.
     """
     loggers = {name: logging.getLogger(name) for name in _NOISY_LOGGERS}
     levels = {name: logger.level for name, logger in loggers.items()}
@@ -180,11 +183,13 @@ def as_model_proto(model: Any):
 # --------------------------------------------------------------------------- ONNX Runtime
 
 
-def _session(model: Any):
+def _session(model: Any, custom_ops_library: str | None = None):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: keeps notebook stderr empty
+    if custom_ops_library is not None:  # kernels for custom-domain nodes (a shared library)
+        options.register_custom_ops_library(custom_ops_library)
     options.intra_op_num_threads = 1  # same reduction order on every machine
     options.inter_op_num_threads = 1
     return ort.InferenceSession(
@@ -192,12 +197,13 @@ def _session(model: Any):
     )
 
 
-def run_ort(model: Any, *inputs: Any) -> list[np.ndarray]:
+def run_ort(model: Any, *inputs: Any, custom_ops_library: str | None = None) -> list[np.ndarray]:
     """Run an ONNX model in ONNX Runtime (CPU) on torch tensors or arrays; return the outputs.
 
     Inputs are matched to the graph's inputs in order (tensor leaves of `inputs`).
+    `custom_ops_library`: path of a custom-op library to register with the session.
     """
-    session = _session(model)
+    session = _session(model, custom_ops_library)
     names = [i.name for i in session.get_inputs()]
     arrays = [
         x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
@@ -292,13 +298,15 @@ def verify_with_ort(
     inputs: Any,
     rtol: float = 1e-4,
     atol: float = 1e-5,
+    *,
+    custom_ops_library: str | None = None,
 ) -> ParityReport:
     """Run the ONNX model in ONNX Runtime and eager `torch_model(*inputs)`; compare per output."""
     import torch
 
     inputs = _as_tuple(inputs)
     model_proto = as_model_proto(model_or_path)
-    actual = run_ort(model_proto, *inputs)
+    actual = run_ort(model_proto, *inputs, custom_ops_library=custom_ops_library)
     with torch.no_grad():
         expected = [t.detach().cpu().numpy() for t in _tensor_leaves(torch_model(*inputs))]
     if len(actual) != len(expected):
