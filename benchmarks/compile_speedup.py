@@ -23,7 +23,7 @@ import torch
 
 from helpers.compile_tools import (
     compile_cost_in_subprocess,
-    make_mlp,
+    make_timing_mlp,
     mlp_loss,
     pointwise_chain,
     time_alternating,
@@ -55,7 +55,7 @@ def bench_pointwise(numel: int, repeats: int) -> dict:
 
 
 def bench_mlp_step(batch: int, width: int, repeats: int) -> dict:
-    model_eager = make_mlp(width=width, depth=3, seed=0)
+    model_eager = make_timing_mlp(width=width, depth=3, seed=0)
     model_comp = copy.deepcopy(model_eager)
     opt_eager = torch.optim.SGD(model_eager.parameters(), lr=1e-3)
     opt_comp = torch.optim.SGD(model_comp.parameters(), lr=1e-3)

@@ -1,8 +1,8 @@
 """Plumbing for reading torch.compile from the inside: bytecode, guards, AOT graphs, Inductor.
 
 Used by: notebooks 02 (Dynamo bytecode, guards, graph breaks) and 03 (AOTAutograd and Inductor),
-and benchmarks/compile_speedup.py. CPU only is assumed for the timings (a GPU is ignored: the
-pointwise chain and the MLP run on the CPU so the numbers compare like with like).
+benchmarks/compile_speedup.py, and `helpers.tracing` (`graph_ops`). The timings assume the CPU:
+every tensor here is created on the CPU, so a GPU on the machine is simply not used.
 
 - `capture_bytecode()` records the original and the transformed code object of every frame
   Dynamo converts, through Dynamo's own hook (`convert_frame.register_bytecode_hook`);
@@ -12,7 +12,7 @@ pointwise chain and the MLP run on the CPU so the numbers compare like with like
   timestamps, pids, cell file names, object ids, addresses, latencies).
 - `AotGraphs` is a backend that runs AOTAutograd and keeps the forward and backward graphs.
 - `explain_summary` reduces `torch._dynamo.explain(...)` to counts and short reasons.
-- `pointwise_chain`, `make_mlp`, `time_alternating`, `compile_cost_in_subprocess`: the
+- `pointwise_chain`, `make_timing_mlp`, `time_alternating`, `compile_cost_in_subprocess`: the
   measurements of notebook 03 and the benchmark.
 """
 
@@ -47,11 +47,13 @@ __all__ = [
     "explain_summary",
     "generated_kernels",
     "pointwise_chain",
-    "make_mlp",
+    "make_timing_mlp",
     "mlp_loss",
     "time_alternating",
     "compile_cost_in_subprocess",
 ]
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 # Dynamo names its compiled functions `__compiled_fn_1_<uuid with underscores>`.
 _UUID = re.compile(r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}")
@@ -200,8 +202,9 @@ _GUARD_COMMENT = re.compile(r"\s+#\s.*$")
 def guard_lines(text: str, kinds: Sequence[str] | None = None) -> list[str]:
     """`KIND: expression` lines of a guard tree (from the `guards` artifact), comments removed.
 
-    The trailing comments name the user line and the torch line that made each guard; they are
-    dropped because symbol numbers and file names in them change between runs.
+    The trailing comments name the code line and the file location that made each guard (a user
+    line, or a torch line for the ambient guards); they are dropped because file names and line
+    numbers in them change between runs and releases.
     """
     out = []
     for line in text.splitlines():
@@ -217,9 +220,16 @@ def guard_lines(text: str, kinds: Sequence[str] | None = None) -> list[str]:
 
 
 def graph_ops(gm: Any) -> Counter[str]:
-    """How often each op is called in an FX graph (`aten.mm.default`: 2), addresses-free."""
+    """How often each op is called in an FX graph (`aten.mm.default`: 2), address-free.
+
+    Keys are `str(node.target)` of `call_function` and `call_method` nodes: ATen overloads read
+    `aten.mm.default`, builtins `<built-in function add>`, methods `relu`. A Python function's
+    str carries its address (`<function mse_loss at 0x7f...>`); the ` at 0x...` part is dropped.
+    """
     return Counter(
-        str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method")
+        _ADDRESS.sub("", str(n.target))
+        for n in gm.graph.nodes
+        if n.op in ("call_function", "call_method")
     )
 
 
@@ -227,9 +237,11 @@ class AotGraphs:
     """A torch.compile backend: Dynamo graph -> AOTAutograd -> keep forward and backward.
 
     `torch.compile(fn, backend=AotGraphs())`. After a call (and a `.backward()`), `.dynamo`
-    holds the Dynamo graphs, `.forward` and `.backward` the ATen graphs AOTAutograd produced
-    (the backward is compiled when AOTAutograd builds it, at the latest at the first backward).
-    The graphs then run as they are (boxed), like the `aot_eager` backend.
+    holds the Dynamo graphs, `.forward` and `.backward` the ATen graphs AOTAutograd produced.
+    AOTAutograd usually hands the backward graph over lazily, at the first `.backward()` (see
+    "Backward graph lazy lowering" in torch/_functorch/_aot_autograd/runtime_wrappers.py).
+    The graphs then run as they are (boxed). With the default `partition_fn` this is what the
+    `aot_eager_default_partitioner` backend does; `aot_eager` itself uses the min-cut one.
     """
 
     def __init__(
@@ -323,14 +335,21 @@ def generated_kernels(code: str) -> dict[str, str]:
 
 
 def pointwise_chain(x: Any) -> Any:
-    """Eight elementwise ops: eager makes a temporary per op, Inductor fuses them into one loop."""
+    """Eleven elementwise ATen ops of eight kinds; Inductor fuses them into one loop on a CPU.
+
+    Eager runs one kernel per op, each writing a new tensor (ten temporaries and the result).
+    """
     y = x.sin() * 2.0 + x.cos()
     y = y.relu() * x.sigmoid()
     return (y - 0.5).tanh() + x * x
 
 
-def make_mlp(width: int = 256, depth: int = 3, seed: int = 0) -> Any:
-    """A small MLP (`depth` Linear+GELU blocks, then a Linear to 1), reproducible from `seed`."""
+def make_timing_mlp(width: int = 256, depth: int = 3, seed: int = 0) -> Any:
+    """The train-step benchmark MLP: `depth` x (Linear(width, width), GELU), Linear(width, 1).
+
+    Seeded, so an eager and a compiled copy start from the same weights. (Not `helpers.ddp`'s
+    tiny model for the DDP notebooks.)
+    """
     import torch
     from torch import nn
 
