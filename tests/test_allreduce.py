@@ -1,5 +1,6 @@
-"""Tests of helpers.allreduce: the ring simulation, the cost formulas, and the three algorithms
-against `dist.all_reduce` on real gloo process groups (one launch per world size)."""
+"""Tests of helpers.allreduce: the ring and pipeline simulations, the cost formulas, and the
+algorithms (naive, master, ring, pipelined ring) against `dist.all_reduce` on real gloo process
+groups (one launch per world size)."""
 
 from __future__ import annotations
 
@@ -9,36 +10,47 @@ import random
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from helpers.allreduce import (
     ALGORITHMS,
+    algorithms_vs_library_worker,
     alpha_beta_time,
     busbw_gbps,
     chunk_bounds,
-    compare_worker,
     expected_p2p,
+    installed_header_view,
+    library_facts_worker,
+    pipeline_timeline_text,
+    pipelined_ring_allreduce,
+    profile_worker,
+    resolve_algorithm,
     ring_schedule,
     ring_step_text,
     ring_step_viewer,
+    simulate_pipeline,
     simulate_ring,
-    summarize_compare,
+    summarize_vs_library,
     timing_worker,
+    unchecked_mismatch_worker,
 )
-from helpers.launch import launch
+from helpers.launch import WorkerError, launch
 
 DTYPE_OPS = [("float32", "SUM"), ("float32", "AVG"), ("float64", "SUM"), ("int64", "SUM")]
 ELEMENT_SIZE = {"float32": 4, "float64": 8, "int64": 8}
+# the default segment count (4), one segment (the plain ring's schedule) and an odd count
+NAMES = ["naive", "master", "ring", "pipelined", "pipelined:1", "pipelined:3"]
 
 
 def _numels(world_size: int) -> list[int]:
-    # empty, smaller than N, not a multiple of N, a multiple of N, a larger odd size
+    # empty, smaller than N (and than N x segments), not a multiple of N, a multiple of N, odd
     return sorted({0, 1, world_size + 1, 4 * world_size, 1001})
 
 
 def _cases(world_size: int) -> list[tuple[str, int, str, str]]:
     return [
         (algorithm, numel, dtype, op)
-        for algorithm in ALGORITHMS
+        for algorithm in NAMES
         for numel in _numels(world_size)
         for dtype, op in DTYPE_OPS
     ]
@@ -47,7 +59,8 @@ def _cases(world_size: int) -> list[tuple[str, int, str, str]]:
 @functools.cache
 def _run(world_size: int) -> list[dict]:
     """One launch per world size runs every case and the failure modes (launches are slow)."""
-    return launch(compare_worker, world_size, (_cases(world_size), 0, True), timeout_s=300)
+    cases = _cases(world_size)
+    return launch(algorithms_vs_library_worker, world_size, (cases, 0, True), timeout_s=300)
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -182,7 +195,7 @@ def test_alpha_beta_model() -> None:
 def test_algorithms_equal_dist_all_reduce(world_size: int) -> None:
     results = _run(world_size)
     assert results.backend == "gloo"
-    summary = summarize_compare(results)
+    summary = summarize_vs_library(results)
     assert summary == {
         "world_size": world_size,
         "cases": len(_cases(world_size)),
@@ -213,13 +226,18 @@ def test_exact_bytes_and_steps(world_size: int) -> None:
             elif case["algorithm"] == "master":
                 sent = received = (n - 1) * nbytes if rank == 0 else nbytes * moved
                 steps = 2 if moved else 0
-            else:
+            else:  # the ring, pipelined or not: the same bytes
                 b = [len(c) * size for c in torch.tensor_split(torch.arange(numel), n)]
                 sent = 2 * nbytes - b[(rank + 1) % n] - b[(rank + 2) % n] if moved else 0
                 received = 2 * nbytes - b[rank] - b[(rank + 1) % n] if moved else 0
                 steps = 2 * (n - 1) if moved else 0
             got = (case["bytes_sent"], case["bytes_received"], case["steps"])
             assert got == (sent, received, steps), (rank, case)
+            if case["algorithm"].startswith("pipelined") and moved:
+                # one message per segment and step each way (empty segments counted, not sent)
+                _, _, k = case["algorithm"].partition(":")
+                messages = 2 * (n - 1) * int(k or 4)
+                assert case["messages_sent"] == case["messages_received"] == messages, case
             assert expected_p2p(case["algorithm"], numel, size, n, rank) == {
                 "bytes_sent": sent,
                 "bytes_received": received,
@@ -227,6 +245,22 @@ def test_exact_bytes_and_steps(world_size: int) -> None:
             }
             if case["algorithm"] == "ring" and moved and numel % n == 0:
                 assert sent == 2 * (n - 1) * nbytes // n
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
+def test_pipelined_equals_ring_bit_for_bit(world_size: int) -> None:
+    """Same inputs, same additions in the same order: the same bytes on every rank."""
+    for rank_result in _run(world_size):
+        digests: dict[tuple, dict[str, str]] = {}
+        for c in rank_result["cases"]:
+            key = (c["numel"], c["dtype"], c["op"])
+            digests.setdefault(key, {})[c["algorithm"]] = c["digest"]
+        for key, by_name in digests.items():
+            ring = by_name["ring"]
+            assert all(by_name[k] == ring for k in NAMES if k.startswith("pipelined")), (
+                key,
+                by_name,
+            )
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 5])
@@ -244,21 +278,122 @@ def test_failure_modes_and_layouts(world_size: int) -> None:
             for r in range(world_size - 1):
                 assert f"rank {r}: shape (5,) float32 SUM" in message
             assert f"rank {world_size - 1}: shape (6,) float32 SUM" in message
+        segments = rank_result["segments_mismatch"]
+        if world_size == 1:
+            assert segments is None
+        else:
+            assert "rank 0: shape (5,) float32 SUM in 2 segments" in segments
+            assert f"rank {world_size - 1}: shape (5,) float32 SUM in 3 segments" in segments
 
 
 def test_timing_worker_runs() -> None:
-    results = launch(
-        timing_worker, 2, ([4096, 65536], ("builtin", "ring", "naive"), 3), timeout_s=300
-    )
+    names = ("builtin", "ring", "naive", "pipelined:2")
+    results = launch(timing_worker, 2, ([4096, 65536], names, 3), timeout_s=300)
     assert results[0]["medians"] == results[1]["medians"]
     medians = results[0]["medians"]
-    assert set(medians) == {"builtin", "ring", "naive"}
+    assert set(medians) == set(names)
     assert all(len(v) == 2 and min(v) > 0 for v in medians.values())
     assert all(len(s) == 3 for v in results[0]["samples"].values() for s in v)
 
 
+def test_profile_worker_runs() -> None:
+    results = launch(profile_worker, 2, (1 << 16, ("pipelined:1", "pipelined:4"), 2), timeout_s=300)
+    for per_rank in results:
+        assert set(per_rank) == {"pipelined:1", "pipelined:4"}
+        for secs in per_rank.values():
+            assert set(secs) == {"wait_s", "add_s", "post_s", "total_s"}
+            assert secs["total_s"] >= secs["wait_s"] + secs["add_s"] > 0
+
+
+def test_unchecked_mismatch_aborts_gloo() -> None:
+    """What check_agreement prevents: gloo aborts the process that receives too many bytes."""
+    with pytest.raises(WorkerError, match="SIGABRT"):
+        launch(unchecked_mismatch_worker, 2, (), timeout_s=120)
+
+
+def test_library_facts_on_gloo() -> None:
+    facts = launch(library_facts_worker, 2, (), timeout_s=120)
+    for rank_facts in facts:
+        assert rank_facts["backend"] == "gloo"
+        assert rank_facts["avg_float32"] == [1.5, 1.5, 1.5]  # (1 + 2) / 2
+        assert "can't be cast" in rank_facts["avg_int64_error"]
+        assert rank_facts["reduce_scatter"] == [2.0, 2.0]
+
+
+def test_p2pop_accepts_only_the_genuine_isend() -> None:
+    """Why count_p2p wraps p2p_post instead of patching dist.isend."""
+
+    def patched_isend(*args, **kwargs):
+        return dist.isend(*args, **kwargs)
+
+    with pytest.raises(ValueError, match="Invalid ``op``"):
+        dist.P2POp(patched_isend, torch.ones(1), 0)
+
+
 def test_refuses_without_process_group() -> None:
-    with pytest.raises(RuntimeError, match="no process group"):
-        ALGORITHMS["ring"](torch.ones(3))
-    with pytest.raises(TypeError, match="expected a torch.Tensor"):
-        ALGORITHMS["naive"]([1.0, 2.0])
+    for fn in ALGORITHMS.values():
+        with pytest.raises(RuntimeError, match="no process group"):
+            fn(torch.ones(3))
+        with pytest.raises(TypeError, match="expected a torch.Tensor"):
+            fn([1.0, 2.0])
+
+
+@pytest.mark.parametrize("segments", [0, -1, 1.5, True, "4"])
+def test_pipelined_rejects_bad_segments(segments) -> None:
+    with pytest.raises(ValueError, match="segments must be an int >= 1"):
+        pipelined_ring_allreduce(torch.ones(3), segments=segments)
+
+
+def test_resolve_algorithm() -> None:
+    assert resolve_algorithm("ring") is ALGORITHMS["ring"]
+    assert resolve_algorithm("pipelined:3").keywords == {"segments": 3}
+    for bad in ("tree", "ring:3"):
+        with pytest.raises(ValueError, match="unknown algorithm"):
+            resolve_algorithm(bad)
+    assert expected_p2p("pipelined:3", 1001, 4, 3, 1) == expected_p2p("ring", 1001, 4, 3, 1)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4, 5])
+def test_pipeline_model(world_size: int) -> None:
+    n, send, add = world_size, 6.0, 3.0
+    plain = simulate_pipeline(n, 1, send, add)
+    # one segment is the step-by-step ring: every reduce-scatter step is a send then an add
+    assert max(e.end for e in plain) == (n - 1) * (send + add) + (n - 1) * send
+    for k in (2, 3, 6):
+        events = simulate_pipeline(n, k, send, add)
+        end = max(e.end for e in events)
+        # the link never waits once adds are shorter than sends: only the transfers remain
+        assert end == 2 * (n - 1) * send, (k, end)
+        for e in events:  # every event names the chunk ring_schedule names
+            _, send_i, recv_i = ring_schedule(e.rank, n, e.step)
+            assert e.chunk == (send_i if e.kind == "send" else recv_i)
+        kinds = [e.kind for e in events if e.rank == 0]
+        assert kinds.count("send") == kinds.count("recv") == 2 * (n - 1) * k
+        assert kinds.count("add") == (n - 1) * k
+    # adds longer than sends: the adder is the bottleneck, segments still help
+    slow = [max(e.end for e in simulate_pipeline(n, k, 2.0, 4.0)) for k in (1, 2, 4)]
+    assert slow == sorted(slow, reverse=True) and slow[0] > slow[-1]
+    with pytest.raises(ValueError, match="need world_size >= 2"):
+        simulate_pipeline(1, 2)
+
+
+def test_pipeline_timeline_text() -> None:
+    text = pipeline_timeline_text(simulate_pipeline(3, 1))
+    lines = text.splitlines()
+    assert len(lines) == 1 + 3 * 3 and lines[0].split() == ["0", "1", "2"]
+    assert lines[1] == "r0 send  000000...222222...111111000000"
+    assert lines[3] == "r0 add   ......222......111............"
+    piped = pipeline_timeline_text(simulate_pipeline(3, 3)).splitlines()
+    assert piped[1] == "r0 send  000000222222111111000000"  # the link never idles
+
+
+def test_installed_header_view() -> None:
+    relpath = "torch/csrc/distributed/c10d/ProcessGroupGlooDetail.hpp"
+    view = installed_header_view(relpath, r"gloo::allreduce\(opts\)", before=0, after=0)
+    assert view.code.strip() == "gloo::allreduce(opts);"
+    assert view.first_line == view.last_line and view.url.endswith(
+        f"#L{view.first_line}-L{view.first_line}"
+    )
+    assert torch.version.git_version in view.url
+    with pytest.raises(ValueError, match="not found in the installed"):
+        installed_header_view(relpath, r"no such line anywhere")

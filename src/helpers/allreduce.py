@@ -1,29 +1,37 @@
-"""All-reduce from scratch: naive, master and ring algorithms on point-to-point messages.
+"""All-reduce from scratch: naive, master, ring and pipelined ring on point-to-point messages.
 
 Used by: notebook 05 (all-reduce from scratch), tests/test_allreduce.py, benchmarks/allreduce.py.
 Runs inside a process group started by `helpers.launch.launch`: gloo on CPU, or NCCL with one
-GPU per rank (tensors live on `helpers.launch.current_device()`); the pure parts (ring
-simulation, byte formulas, alpha-beta model, step text) need no process group.
+GPU per rank (tensors live on `helpers.launch.current_device()`; the tests and notebook 05 run
+gloo only, the NCCL path is untested here). The pure parts (ring and pipeline simulations,
+byte formulas, alpha-beta model, step text) need no process group.
 
-    naive_allreduce(t)    every rank sends its whole tensor to every other rank, then sums
-    master_allreduce(t)   everyone sends to rank 0, which sums and sends the result back
-    ring_allreduce(t)     N chunks; reduce-scatter for N-1 steps, then all-gather for N-1 steps
+    naive_allreduce(t)           every rank sends its whole tensor to every other rank, then sums
+    master_allreduce(t)          everyone sends to rank 0, which sums and sends the result back
+    ring_allreduce(t)            N chunks; reduce-scatter for N-1 steps, then all-gather for N-1
+    pipelined_ring_allreduce(t)  the same ring, each chunk moving in `segments` pieces, each
+                                 piece forwarded as soon as it has arrived (and been added)
 
-All three reduce in place, with `op` SUM or AVG, for every world size N >= 1, every number of
-elements (also not a multiple of N, also zero), any shape, contiguous or not. AVG of an integer
-tensor is refused with a TypeError: the mean of integers is not an integer, and silently
-rounding (as a floor or a truncation) would hide that; reduce with SUM and divide as you mean to.
+All reduce in place, with `op` SUM or AVG, for every world size N >= 1, every number of
+elements (also not a multiple of N, also zero), any shape, contiguous or not (tests/
+test_allreduce.py checks N = 1..5 against `dist.all_reduce`). AVG of an integer tensor is
+refused with a TypeError: the mean of integers is not an integer, and silently rounding (as a
+floor or a truncation) would hide that; reduce with SUM and divide as you mean to.
 
-Before any data moves, every call checks that all ranks agree on shape, dtype and op (one
-`all_gather_object` of a tiny tuple): gloo would otherwise abort the receiving process with
-SIGABRT, and NCCL would hang or read garbage. The error names each rank and what it passed.
+Before any data moves, every call checks that all ranks agree on shape, dtype, op (and segment
+count) with one `dist.all_gather` of a small int64 header; the error names each rank and what
+it passed. Without the check, ranks that disagree post messages of different sizes, and on gloo
+the receiving process aborts (SIGABRT; `unchecked_mismatch_worker`, tested).
 
-Every point-to-point message goes through one function, `p2p_round` (post a round of sends and
-receives with `dist.batch_isend_irecv`, then wait for all of them), and `count_p2p()` counts
-what passes through it: bytes and messages sent and received, and steps (= rounds). It wraps
-our chokepoint rather than patching `torch.distributed.isend`: `dist.P2POp` accepts only the
-genuine `dist.isend`/`dist.irecv` objects (an identity check), so a patched function would break
-`batch_isend_irecv`, which NCCL needs so that a rank's send and receive cannot deadlock.
+Every point-to-point message is posted by one function, `p2p_post` (one
+`dist.batch_isend_irecv` call, not waited for); `p2p_round` posts a round and waits for it,
+and `count_p2p()` counts what passes through `p2p_post`: bytes and messages sent and received,
+and steps (rounds of the ring schedule). It wraps our chokepoint rather than patching
+`torch.distributed.isend`: `dist.P2POp` accepts only the genuine `dist.isend`/`dist.irecv`
+(`torch.distributed.distributed_c10d._check_op`: `op not in [isend, irecv]`; tested), so a
+patched function would break `batch_isend_irecv`. Under NCCL that call groups a rank's send
+and receive (its `_coalescing_manager` branch), the pattern NCCL's user guide gives for a
+send and receive that must progress together ("Point-to-point communication", docs.nvidia.com).
 """
 
 from __future__ import annotations
@@ -32,22 +40,29 @@ import contextlib
 import functools
 import hashlib
 import html
+import re
 import statistics
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from helpers.launch import current_device
+from helpers.source import SourceView, permalink
 
 __all__ = [
     "ALGORITHMS",
     "naive_allreduce",
     "master_allreduce",
     "ring_allreduce",
+    "pipelined_ring_allreduce",
+    "resolve_algorithm",
+    "p2p_post",
     "p2p_round",
     "P2PCount",
     "count_p2p",
@@ -59,12 +74,20 @@ __all__ = [
     "RingStep",
     "RingSimulation",
     "simulate_ring",
+    "PipelineEvent",
+    "simulate_pipeline",
+    "pipeline_timeline_text",
     "ring_step_text",
     "ring_step_viewer",
-    "compare_worker",
-    "summarize_compare",
+    "profile_ring",
+    "algorithms_vs_library_worker",
+    "summarize_vs_library",
+    "library_facts_worker",
     "timing_worker",
+    "profile_worker",
     "busbw_gbps",
+    "installed_header_view",
+    "unchecked_mismatch_worker",
 ]
 
 _Number = int | float
@@ -102,28 +125,52 @@ def count_p2p() -> Iterator[P2PCount]:
         _ACTIVE.remove(counter)
 
 
-def p2p_round(
+def p2p_post(
     sends: Sequence[tuple[torch.Tensor, int]],
     recvs: Sequence[tuple[torch.Tensor, int]],
     group: dist.ProcessGroup | None = None,
-) -> None:
-    """One step: send each (tensor, peer) and receive into each (tensor, peer), then wait.
+    tag: int = 0,
+) -> list[Any]:
+    """Post each send (tensor, peer) and receive (tensor, peer) without waiting; return the works.
 
-    Peers are ranks inside `group`. Every point-to-point message of this module goes through
-    here, which is what `count_p2p` observes. An empty round does nothing and is not a step.
+    Peers are ranks inside `group`. Every point-to-point message of this module is posted here,
+    which is what `count_p2p` observes (bytes and messages; steps are counted by the callers).
+    The sends and receives go out in one `dist.batch_isend_irecv` call, which a backend that
+    supports coalescing (NCCL) issues as one group; gloo gets one isend/irecv per op.
     """
-    if not sends and not recvs:
-        return
     for counter in _ACTIVE:
-        counter.steps += 1
         counter.messages_sent += len(sends)
         counter.messages_received += len(recvs)
         counter.bytes_sent += sum(t.numel() * t.element_size() for t, _ in sends)
         counter.bytes_received += sum(t.numel() * t.element_size() for t, _ in recvs)
     # empty messages are counted but not posted: both ends know the size, nothing to carry
-    ops = [dist.P2POp(dist.isend, t, group=group, group_peer=p) for t, p in sends if t.numel()]
-    ops += [dist.P2POp(dist.irecv, t, group=group, group_peer=p) for t, p in recvs if t.numel()]
-    for work in dist.batch_isend_irecv(ops) if ops else []:
+    ops = [
+        dist.P2POp(dist.isend, t, group=group, tag=tag, group_peer=p) for t, p in sends if t.numel()
+    ]
+    ops += [
+        dist.P2POp(dist.irecv, t, group=group, tag=tag, group_peer=p) for t, p in recvs if t.numel()
+    ]
+    return [w for w in dist.batch_isend_irecv(ops) if w is not None] if ops else []
+
+
+def _count_step() -> None:
+    for counter in _ACTIVE:
+        counter.steps += 1
+
+
+def p2p_round(
+    sends: Sequence[tuple[torch.Tensor, int]],
+    recvs: Sequence[tuple[torch.Tensor, int]],
+    group: dist.ProcessGroup | None = None,
+) -> None:
+    """One step: post the sends and receives with `p2p_post`, then wait for all of them.
+
+    An empty round does nothing and is not a step.
+    """
+    if not sends and not recvs:
+        return
+    _count_step()
+    for work in p2p_post(sends, recvs, group):
         work.wait()
 
 
@@ -143,18 +190,21 @@ _OPS = ("SUM", "AVG")
 
 
 def check_agreement(
-    tensor: torch.Tensor, op: Any = "sum", group: dist.ProcessGroup | None = None
+    tensor: torch.Tensor,
+    op: Any = "sum",
+    group: dist.ProcessGroup | None = None,
+    segments: int = 0,
 ) -> None:
     """Raise ValueError on every rank unless all ranks pass the same shape, dtype and op.
 
-    One `all_gather` of a small int64 header (ndim, numel, dtype, op, dims) runs first, so a
-    disagreement is reported before any tensor data moves, naming every rank and what it
-    passed. (`all_gather_object` would do too, but costs three collectives and pickling.)
+    One `dist.all_gather` of a small int64 header (ndim, numel, dtype, op, segments, dims) runs
+    first, so a disagreement is reported before any tensor data moves, naming every rank and
+    what it passed. `segments` is the pipelined ring's segment count (0: not pipelined).
     """
     dims = list(tensor.shape)[:_HEADER_DIMS]
     header = [tensor.dim(), tensor.numel(), _DTYPE_NAMES.index(str(tensor.dtype))]
-    header += [_OPS.index(_op_name(op))] + dims + [-1] * (_HEADER_DIMS - len(dims))
-    mine = torch.tensor(header, dtype=torch.int64, device=current_device())  # (4 + 12,)
+    header += [_OPS.index(_op_name(op)), segments] + dims + [-1] * (_HEADER_DIMS - len(dims))
+    mine = torch.tensor(header, dtype=torch.int64, device=current_device())  # (5 + 12,)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
     dist.all_gather(everyone, mine, group=group)
     rows = [h.tolist() for h in everyone]
@@ -167,22 +217,29 @@ def check_agreement(
 
 
 def _describe(header: list[int]) -> str:
-    ndim, numel, dtype, op = header[:4]
-    dims = [str(d) for d in header[4 : 4 + min(ndim, _HEADER_DIMS)]]
+    ndim, numel, dtype, op, segments = header[:5]
+    dims = [str(d) for d in header[5 : 5 + min(ndim, _HEADER_DIMS)]]
     if ndim > _HEADER_DIMS:
         dims.append(f"... ({numel} elements)")
     shape = "(" + ", ".join(dims) + ("," if ndim == 1 else "") + ")"
-    return f"shape {shape} {_DTYPE_NAMES[dtype].removeprefix('torch.')} {_OPS[op]}"
+    text = f"shape {shape} {_DTYPE_NAMES[dtype].removeprefix('torch.')} {_OPS[op]}"
+    return text + (f" in {segments} segments" if segments else "")
 
 
-def _prepare(tensor: torch.Tensor, op: Any, group: dist.ProcessGroup | None, check: bool):
+def _prepare(
+    tensor: torch.Tensor,
+    op: Any,
+    group: dist.ProcessGroup | None,
+    check: bool,
+    segments: int = 0,
+):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
     if not dist.is_initialized():
         raise RuntimeError("no process group: call this inside helpers.launch.launch(...)")
     name = _op_name(op)
     if check:
-        check_agreement(tensor, name, group)
+        check_agreement(tensor, name, group, segments)
     if name == "AVG" and not (tensor.is_floating_point() or tensor.is_complex()):
         raise TypeError(
             f"AVG of a {tensor.dtype} tensor is refused: the mean of integers is not an "
@@ -286,8 +343,8 @@ _SCRATCH: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
 def _scratch(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A (numel,) receive buffer kept between calls: a fresh multi-MiB allocation per call
-    costs an mmap plus a page fault per 4 KiB page on first touch, measurable at 16 MiB."""
+    """A (numel,) receive buffer kept between calls (per dtype and device), so that repeated
+    calls reuse one allocation instead of asking the allocator for a new multi-MiB buffer."""
     buf = _SCRATCH.get((dtype, device))
     if buf is None or buf.numel() < numel:
         buf = _SCRATCH[(dtype, device)] = torch.empty(numel, dtype=dtype, device=device)
@@ -322,7 +379,111 @@ def ring_allreduce(
     return _finish(tensor, flat, name, world_size)
 
 
-ALGORITHMS = {"naive": naive_allreduce, "master": master_allreduce, "ring": ring_allreduce}
+_PROFILES: list[dict[str, float]] = []  # open `profile_ring()` blocks
+
+
+@contextlib.contextmanager
+def profile_ring() -> Iterator[dict[str, float]]:
+    """Seconds `pipelined_ring_allreduce` spends on this rank waiting (for receives, and for
+    its sends at the end), adding, and posting later steps' messages, summed over the calls
+    made inside the block (for benchmarks)."""
+    totals = {"wait_s": 0.0, "add_s": 0.0, "post_s": 0.0}
+    _PROFILES.append(totals)
+    try:
+        yield totals
+    finally:
+        _PROFILES.remove(totals)
+
+
+def _timed(key: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args), its time added to `key` of every open `profile_ring()` block."""
+    if not _PROFILES:
+        return fn(*args)
+    t0 = time.perf_counter()
+    out = fn(*args)
+    for totals in _PROFILES:
+        totals[key] += time.perf_counter() - t0
+    return out
+
+
+def _wait_all(works: Sequence[Any]) -> None:
+    for work in works:
+        work.wait()
+
+
+def pipelined_ring_allreduce(
+    tensor: torch.Tensor,
+    op: Any = dist.ReduceOp.SUM,
+    group: dist.ProcessGroup | None = None,
+    segments: int = 4,
+    check: bool = True,
+) -> torch.Tensor:
+    """The ring all-reduce with each chunk cut into `segments` segments that move independently.
+
+    Same schedule, results, errors and bytes as `ring_allreduce`, in 2(N-1)*segments messages
+    each way. Segment k of the chunk a rank receives at step s is the segment k it sends at step
+    s+1, so it is forwarded as soon as it has arrived (and, in the reduce-scatter, been added):
+    the next segment's transfer runs while this one is added. Each (step, segment) posts its
+    send and receive together with `p2p_post`, in the same order on every rank.
+    """
+    if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+        raise ValueError(f"segments must be an int >= 1, got {segments!r}")
+    name, flat, rank, world_size = _prepare(tensor, op, group, check, segments)
+    if world_size > 1 and flat.numel() > 0:
+        chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world_size)]
+        pieces = [[c[a:b] for a, b in chunk_bounds(c.numel(), segments)] for c in chunks]
+        right, left = (rank + 1) % world_size, (rank - 1) % world_size
+        biggest = chunks[0].numel()
+        scratch = _scratch(2 * biggest, flat.dtype, flat.device)  # (2 * largest chunk,)
+        inboxes = [  # two receive areas: step s+1 arrives while step s is still being added
+            [scratch[i * biggest :][a:b] for a, b in chunk_bounds(biggest, segments)]
+            for i in (0, 1)
+        ]
+        n_steps = 2 * (world_size - 1)
+
+        def post(step: int, k: int) -> list[Any]:  # send and receive segment k of `step`
+            phase, send_i, recv_i = ring_schedule(rank, world_size, step)
+            own = pieces[recv_i][k]
+            into = inboxes[step % 2][k][: own.numel()] if phase == "reduce-scatter" else own
+            tag = step * segments + k  # unambiguous matching whatever the transport
+            return p2p_post([(pieces[send_i][k], right)], [(into, left)], group, tag)
+
+        sent: list[Any] = []
+        pending = [post(0, k) for k in range(segments)]  # step 0: every segment is ready
+        for step in range(n_steps):
+            _count_step()
+            phase, _, recv_i = ring_schedule(rank, world_size, step)
+            following = []
+            for k in range(segments):
+                works, own = pending[k], pieces[recv_i][k]
+                if own.numel():  # the receive is posted last (an empty one is not posted)
+                    _timed("wait_s", works.pop().wait)
+                sent += works
+                if phase == "reduce-scatter":
+                    _timed("add_s", own.add_, inboxes[step % 2][k][: own.numel()])
+                if step + 1 < n_steps:  # forward it at once: step s+1 sends segment k
+                    following.append(_timed("post_s", post, step + 1, k))
+            pending = following
+        _timed("wait_s", _wait_all, sent)
+    return _finish(tensor, flat, name, world_size)
+
+
+ALGORITHMS = {
+    "naive": naive_allreduce,
+    "master": master_allreduce,
+    "ring": ring_allreduce,
+    "pipelined": pipelined_ring_allreduce,
+}
+
+
+def resolve_algorithm(name: str) -> Callable[..., torch.Tensor]:
+    """An `ALGORITHMS` name, or "pipelined:K" for the pipelined ring with K segments."""
+    base, _, segments = name.partition(":")
+    if base not in ALGORITHMS or (segments and base != "pipelined"):
+        raise ValueError(f"unknown algorithm {name!r}: use one of {sorted(ALGORITHMS)}")
+    if segments:
+        return functools.partial(pipelined_ring_allreduce, segments=int(segments))
+    return ALGORITHMS[base]
 
 
 # --------------------------------------------------------------------------- cost model
@@ -340,7 +501,7 @@ def expected_p2p(
     if algorithm == "master":
         per = (n - 1) * nbytes if rank == 0 else nbytes
         return {"bytes_sent": per, "bytes_received": per, "steps": 2}
-    if algorithm == "ring":
+    if algorithm == "ring" or algorithm.partition(":")[0] == "pipelined":
         sizes = [(b - a) * element_size for a, b in chunk_bounds(numel, n)]
         sent = sum(sizes[ring_schedule(rank, n, s)[1]] for s in range(2 * (n - 1)))
         received = sum(sizes[ring_schedule(rank, n, s)[2]] for s in range(2 * (n - 1)))
@@ -353,7 +514,9 @@ def alpha_beta_time(
 ) -> float:
     """Modelled seconds: alpha per message step, beta per byte through the busiest rank's link.
 
-    One port per rank (it sends one message at a time):
+    The alpha-beta (latency-bandwidth) model of Thakur, Rabenseifner and Gropp, "Optimization
+    of collective communication operations in MPICH" (IJHPCA 2005); one port per rank (it sends
+    one message at a time):
     naive (N-1)(alpha + n beta); master 2(N-1)(alpha + n beta) at rank 0;
     ring 2(N-1) alpha + 2(N-1)/N n beta.
     """
@@ -370,9 +533,34 @@ def alpha_beta_time(
 
 
 def busbw_gbps(nbytes: float, seconds: float, world_size: int) -> float:
-    """nccl-tests' bus bandwidth of an all-reduce: algbw * 2(N-1)/N, in GB/s (1e9 bytes)."""
+    """Bus bandwidth of an all-reduce, in GB/s (1e9 bytes): algbw * 2(N-1)/N, the definition in
+    nccl-tests' doc/PERFORMANCE.md (github.com/NVIDIA/nccl-tests)."""
     algbw = nbytes / seconds / 1e9
     return algbw * 2 * (world_size - 1) / world_size
+
+
+def installed_header_view(
+    relpath: str, pattern: str, before: int = 2, after: int = 12
+) -> SourceView:
+    """Lines of a C++ header that ships inside the torch wheel (`torch/include/<relpath>`) around
+    the first match of `pattern`, as a `helpers.source.SourceView` with a permalink pinned to
+    the installed torch (the headers are copies of `<relpath>` in the pytorch repository)."""
+    path = Path(torch.__file__).parent / "include" / relpath
+    lines = path.read_text().splitlines()
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    if not hits:
+        raise ValueError(f"pattern {pattern!r} not found in the installed {relpath}")
+    first, last = max(hits[0] - before, 0), min(hits[0] + after, len(lines) - 1)
+    return SourceView(
+        name=Path(relpath).name,
+        package="torch",
+        relpath=relpath,
+        first_line=first + 1,
+        last_line=last + 1,
+        code="\n".join(lines[first : last + 1]),
+        url=permalink(relpath, "torch", first + 1, last + 1),
+        excerpt=True,
+    )
 
 
 # --------------------------------------------------------------------------- ring simulation
@@ -501,11 +689,84 @@ def ring_step_viewer(sim: RingSimulation) -> Any:
     return widgets.VBox([slider, view])
 
 
+@dataclass(frozen=True)
+class PipelineEvent:
+    """One busy interval of one rank in `simulate_pipeline` (times in model units)."""
+
+    rank: int
+    kind: str  # "send" (on the rank's link to its right), "recv" (from its left) or "add"
+    step: int
+    segment: int
+    chunk: int
+    start: float
+    end: float
+
+
+def simulate_pipeline(
+    world_size: int, segments: int, chunk_send: float = 6.0, chunk_add: float = 3.0
+) -> list[PipelineEvent]:
+    """When each send, receive and add of the ring happens if chunks move in `segments` pieces.
+
+    A model, not a measurement: each rank's link to its right carries one segment at a time
+    (`chunk_send / segments` each, in (step, segment) order), its adder adds one at a time
+    (`chunk_add / segments` each), and segment k of step s+1 can leave once segment k of step s
+    has arrived and, in the reduce-scatter, been added: exactly the dependencies of
+    `pipelined_ring_allreduce`. With `segments=1` it is `ring_allreduce`'s step-by-step
+    schedule. Chunk numbers come from `ring_schedule`.
+    """
+    n, k_max = world_size, segments
+    if n < 2 or k_max < 1:
+        raise ValueError(f"need world_size >= 2 and segments >= 1, got {n} and {k_max}")
+    t_send, t_add = chunk_send / k_max, chunk_add / k_max
+    ready = [0.0] * k_max  # when segment k of the current step may leave
+    link_free = adder_free = 0.0
+    timing = []  # (step, segment, kind, start, end); every rank has the same times
+    for step in range(2 * (n - 1)):
+        phase = ring_schedule(0, n, step)[0]
+        for k in range(k_max):
+            start = max(ready[k], link_free)
+            link_free = start + t_send  # the left neighbour's send arrives as ours leaves
+            timing += [(step, k, "send", start, link_free), (step, k, "recv", start, link_free)]
+            ready[k] = link_free
+            if phase == "reduce-scatter":
+                a0 = max(link_free, adder_free)
+                adder_free = ready[k] = a0 + t_add
+                timing.append((step, k, "add", a0, adder_free))
+    events = []
+    for rank in range(n):
+        for step, k, kind, start, end in timing:
+            _, send_i, recv_i = ring_schedule(rank, n, step)
+            chunk = send_i if kind == "send" else recv_i
+            events.append(PipelineEvent(rank, kind, step, k, chunk, start, end))
+    return events
+
+
+def pipeline_timeline_text(events: Sequence[PipelineEvent], unit: float = 1.0) -> str:
+    """A text Gantt chart of `simulate_pipeline` events: one row per rank and kind, one column
+    per `unit` of time, the chunk number where busy and '.' where idle."""
+    end = max(e.end for e in events)
+    width = int(round(end / unit))
+    ranks = sorted({e.rank for e in events})
+    lines = ["         " + "".join(str(t // 10 % 10) if t % 10 == 0 else " " for t in range(width))]
+    for rank in ranks:
+        for kind in ("send", "recv", "add"):
+            row = ["."] * width
+            for e in events:
+                if e.rank == rank and e.kind == kind:
+                    for t in range(int(round(e.start / unit)), int(round(e.end / unit))):
+                        row[t] = str(e.chunk)
+            lines.append(f"r{rank} {kind:<4}  " + "".join(row))
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- workers
 
 
-def _make_input(numel: int, dtype: str, seed: int, rank: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed * 7919 + rank)
+def _make_input(numel: int, dtype: str, op: str, seed: int, rank: int) -> torch.Tensor:
+    """Rank `rank`'s input for a case: the same (numel, dtype, op) gives the same tensor to every
+    algorithm, so their results can be compared bit for bit."""
+    key = zlib.crc32(f"{numel}/{dtype}/{op}".encode())
+    gen = torch.Generator().manual_seed((seed * 7919 + key) * 31 + rank)
     dt = getattr(torch, dtype)
     if dt.is_floating_point:
         x = torch.randn(numel, generator=gen, dtype=dt)
@@ -518,19 +779,15 @@ def _digest(t: torch.Tensor) -> str:
     return hashlib.sha1(t.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
 
 
-def _reference(x: torch.Tensor, op: str, world_size: int) -> torch.Tensor:
-    """PyTorch's own all-reduce of `x` (gloo has no AVG: SUM then divide, as NCCL does)."""
+def _reference(x: torch.Tensor, op: str) -> torch.Tensor:
+    """PyTorch's own all-reduce of a copy of `x` with the same op (gloo and NCCL both take AVG
+    of floating tensors on 2.13; `library_facts_worker` checks it for gloo)."""
     ref = x.clone()
-    if op == "AVG" and dist.get_backend() == "nccl":
-        dist.all_reduce(ref, op=dist.ReduceOp.AVG)
-    else:
-        dist.all_reduce(ref, op=dist.ReduceOp.SUM)
-        if op == "AVG":
-            ref.div_(world_size)
+    dist.all_reduce(ref, op=getattr(dist.ReduceOp, op))
     return ref
 
 
-def compare_worker(
+def algorithms_vs_library_worker(
     rank: int,
     world_size: int,
     cases: Sequence[tuple[str, int, str, str]],
@@ -539,15 +796,17 @@ def compare_worker(
 ) -> dict[str, Any]:
     """Run each (algorithm, numel, dtype, op) case and `dist.all_reduce` on the same input.
 
-    Returns {"cases": [dict per case: max_abs_diff, equal, close, digest, the P2P counts]}; with
-    `extras`, also what a shape mismatch, an integer AVG, a 2-D and a non-contiguous input do.
+    Algorithm names as `resolve_algorithm` takes them ("ring", "pipelined:3", ...); cases with
+    the same (numel, dtype, op) get the same input. Returns {"cases": [dict per case:
+    max_abs_diff, equal, close, digest, the P2P counts]}; with `extras`, also what a shape
+    mismatch, a segment-count mismatch, an integer AVG, a 2-D and a non-contiguous input do.
     """
     out: dict[str, Any] = {"cases": [], "backend": dist.get_backend()}
-    for i, (algorithm, numel, dtype, op) in enumerate(cases):
-        x = _make_input(numel, dtype, seed + i, rank)
-        ref = _reference(x, op, world_size)
+    for algorithm, numel, dtype, op in cases:
+        x = _make_input(numel, dtype, op, seed, rank)
+        ref = _reference(x, op)
         with count_p2p() as counter:
-            ALGORITHMS[algorithm](x, op=op)
+            resolve_algorithm(algorithm)(x, op=op)
         diff = (x.double() - ref.double()).abs().max().item() if numel else 0.0
         out["cases"].append(
             {
@@ -565,6 +824,14 @@ def compare_worker(
     if extras:
         out.update(_extras(rank, world_size))
     return out
+
+
+def unchecked_mismatch_worker(rank: int, world_size: int) -> list[float]:
+    """Rank r passes 5 + r elements to `ring_allreduce` with the agreement check turned off:
+    what the check protects against (on gloo the process receiving too much data aborts)."""
+    x = torch.ones(5 + rank, device=current_device())
+    ring_allreduce(x, check=False)
+    return x.tolist()
 
 
 def _extras(rank: int, world_size: int) -> dict[str, Any]:
@@ -585,14 +852,38 @@ def _extras(rank: int, world_size: int) -> dict[str, Any]:
             res["int_avg"][name] = str(err)
         base = torch.arange(24.0, device=dev).reshape(4, 6) * (rank + 1)
         for layout, x in (("2d", base.clone()), ("transposed", base.clone().t())):
-            ref = _reference(x, "SUM", world_size)
+            ref = _reference(x, "SUM")
             fn(x)
             res["layouts"][f"{name}/{layout}"] = bool(torch.equal(x, ref))
+    try:  # the pipelined ring's segment count must agree too
+        pipelined_ring_allreduce(torch.ones(5, device=dev), segments=2 + (rank == world_size - 1))
+        res["segments_mismatch"] = None
+    except ValueError as err:
+        res["segments_mismatch"] = str(err)
     return res
 
 
-def summarize_compare(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Fold a launch of `compare_worker` (one dict per rank) into facts a notebook can print."""
+def library_facts_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """What the library's own collectives do on this backend: AVG of a float and of an integer
+    tensor, and a reduce-scatter (`reduce_scatter_single`) of ones. Plain data back."""
+    dev = current_device()
+    out: dict[str, Any] = {"backend": dist.get_backend()}
+    x = torch.full((3,), float(rank + 1), device=dev)  # rank r holds r + 1
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    out["avg_float32"] = x.tolist()
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.int64, device=dev), op=dist.ReduceOp.AVG)
+        out["avg_int64_error"] = None
+    except RuntimeError as err:
+        out["avg_int64_error"] = str(err).splitlines()[0]
+    part = torch.empty(2, device=dev)
+    dist.reduce_scatter_single(part, torch.ones(2 * world_size, device=dev))
+    out["reduce_scatter"] = part.tolist()
+    return out
+
+
+def summarize_vs_library(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Fold a launch of `algorithms_vs_library_worker` (one dict per rank) into facts to print."""
     per_case = list(zip(*(r["cases"] for r in results), strict=True))
     return {
         "world_size": len(results),
@@ -616,7 +907,7 @@ def _timed_fn(name: str, check: bool) -> Callable[[torch.Tensor], Any]:
     """ "builtin" -> `dist.all_reduce`; an algorithm's name -> it, with or without the check."""
     if name == "builtin":
         return dist.all_reduce
-    return functools.partial(ALGORITHMS[name], check=check)
+    return functools.partial(resolve_algorithm(name), check=check)
 
 
 def timing_worker(
@@ -665,3 +956,33 @@ def timing_worker(
     }
     medians = {name: [statistics.median(s) for s in raw[name]] for name in algorithms}
     return {"sizes_bytes": list(sizes_bytes), "medians": medians, "samples": raw}
+
+
+def profile_worker(
+    rank: int,
+    world_size: int,
+    nbytes: int,
+    algorithms: Sequence[str] = ("pipelined:1", "pipelined:4"),
+    repeats: int = 5,
+    threads: int = 1,
+) -> dict[str, dict[str, float]]:
+    """Per algorithm ("pipelined:K"), this rank's median seconds per call waiting, adding,
+    posting (`profile_ring`) and in total, over `repeats` float32 calls of `nbytes` bytes."""
+    torch.set_num_threads(threads)
+    x = torch.empty(nbytes // 4, dtype=torch.float32, device=current_device())
+    out = {}
+    for name in algorithms:
+        fn = functools.partial(resolve_algorithm(name), check=False)
+        x.fill_(1.0)
+        fn(x)  # warm-up
+        calls = []
+        for _ in range(repeats):
+            x.fill_(1.0)
+            dist.barrier()
+            with profile_ring() as totals:
+                t0 = time.perf_counter()
+                fn(x)
+                totals["total_s"] = time.perf_counter() - t0
+            calls.append(totals)
+        out[name] = {k: statistics.median(c[k] for c in calls) for k in calls[0]}
+    return out
