@@ -1,6 +1,7 @@
 """Tests of helpers.ddp: the sampler facts (pure) and every worker on real gloo groups.
 
-Launches are batched (`jobs_worker`): each process-group start-up costs seconds on a small box.
+Launches are batched (`jobs_worker` with the worker functions): each process-group start-up
+costs seconds on a small box.
 """
 
 import pytest
@@ -8,10 +9,23 @@ import torch
 
 from helpers.ddp import (
     CommCounter,
+    TwoHeadNet,
+    accumulation_epochs,
+    accumulation_plan,
+    accumulation_worker,
+    amp_worker,
+    bucket_worker,
+    buffer_sync_worker,
+    equivalence_worker,
+    init_broadcast_worker,
     jobs_worker,
     make_bn_net,
     make_wide_mlp,
+    max_stable_lr,
+    no_sync_worker,
+    pitfall_worker,
     sampler_shards,
+    unused_params_worker,
 )
 from helpers.launch import launch
 
@@ -85,10 +99,10 @@ def test_comm_counter_counts_per_step() -> None:
 @pytest.fixture(scope="module")
 def ddp06() -> list[dict]:
     jobs = [
-        ("init_broadcast_worker", ()),
-        ("buffer_sync_worker", (["train", "train", "eval", "train+no_grad", "train"],)),
-        ("bucket_worker", (2,)),
-        ("equivalence_worker", ()),
+        (init_broadcast_worker, ()),
+        (buffer_sync_worker, (["train", "train", "eval", "train+no_grad", "train"],)),
+        (bucket_worker, (2,)),
+        (equivalence_worker, ()),
     ]
     return launch(jobs_worker, 2, (jobs,), timeout_s=180)
 
@@ -146,10 +160,11 @@ def test_ddp_step_equals_large_batch_step(ddp06: list[dict]) -> None:
 @pytest.fixture(scope="module")
 def ddp08() -> list[dict]:
     jobs = [
-        ("no_sync_worker", ()),
-        ("accumulation_worker", (3,)),
-        ("pitfall_worker", ()),
-        ("amp_worker", ()),
+        (no_sync_worker, ()),
+        (accumulation_worker, (3,)),
+        (pitfall_worker, ()),
+        (unused_params_worker, ()),
+        (amp_worker, ()),
     ]
     return launch(jobs_worker, 2, (jobs,), timeout_s=180)
 
@@ -163,6 +178,8 @@ def test_no_sync_keeps_grads_local_then_averages(ddp08: list[dict]) -> None:
     mean = (torch.tensor(r0["local_grad_a_plus_b"]) + torch.tensor(r1["local_grad_a_plus_b"])) / 2
     for r in (r0, r1):
         torch.testing.assert_close(torch.tensor(r["grad_after"]), mean)
+        # syncing A as well averages A and B separately: the same mean (the all-reduce is linear)
+        torch.testing.assert_close(torch.tensor(r["grad_both_synced"]), mean)
 
 
 def test_accumulation_equals_large_batch(ddp08: list[dict]) -> None:
@@ -195,9 +212,56 @@ def test_amp_step(ddp08: list[dict]) -> None:
 
 
 def test_equivalence_and_accumulation_on_4_ranks() -> None:
-    jobs = [("equivalence_worker", ()), ("accumulation_worker", (2,))]
+    jobs = [(equivalence_worker, ()), (accumulation_worker, (2,))]
     res = launch(jobs_worker, 4, (jobs,), timeout_s=240)
     for r in res:
         assert r["equivalence_worker"]["mlp"]["max_param_diff"] < 1e-6
         assert r["accumulation_worker"]["no_sync"]["allreduces"] == 1
         assert r["accumulation_worker"]["no_sync"]["max_diff_vs_large_batch"] < 1e-6
+
+
+def test_unused_params_accumulate_under_no_sync(ddp08: list[dict]) -> None:
+    r0, r1 = (r["unused_params_worker"] for r in ddp08)
+    none, once, twice = (
+        r0[k] for k in ("no micro-batch before", "1 under no_sync", "2 under no_sync")
+    )
+    assert none["used_after_sync"] == {
+        "trunk.weight": 2,
+        "trunk.bias": 2,
+        "head_a.weight": 2,
+        "head_a.bias": 2,
+        "head_b.weight": 0,
+        "head_b.bias": 0,
+    }
+    assert none["head_b_grad"] is None and r1["no micro-batch before"]["head_b_grad"] is None
+    for run in (once, twice):  # rank 0's no_sync use counts once, however often it happened
+        assert run["used_after_sync"]["head_b.weight"] == 1
+        assert run["used_after_next_sync"]["head_b.weight"] == 0  # reset after each sync
+        assert run["head_b_grad_after_next_sync"] == run["head_b_grad"]  # left untouched
+    assert r1["1 under no_sync"]["local_head_b_grad_before_sync"] is None
+    assert r1["1 under no_sync"]["head_b_grad"] == once["head_b_grad"]  # rank 1 got one too
+    assert once["head_b_grad"] == pytest.approx(once["local_head_b_grad_before_sync"] / 2)
+    assert r0["without find_unused_parameters"].startswith("Expected to have finished reduction")
+
+
+def test_two_head_net_heads() -> None:
+    net = TwoHeadNet()
+    x = torch.randn(3, 4)
+    assert net(x, "a").shape == net(x, "b").shape == (3, 2)
+    assert not torch.equal(net(x, "a"), net(x, "b"))
+
+
+def test_accumulation_plan_numbers() -> None:
+    plan = accumulation_plan(50_000, 8, 32, 4, base_lr=0.1, base_batch=256)
+    assert plan == {"k": 4, "effective_batch": 1024, "steps_per_epoch": 48, "scaled_lr": 0.4}
+
+
+def test_larger_k_fewer_steps_then_unstable_lr() -> None:
+    ks, lr = [1, 4, 16, 64], 0.005
+    fixed = accumulation_epochs(ks, lr, scale_lr=False)
+    scaled = accumulation_epochs(ks, lr, scale_lr=True)
+    assert [fixed[k] for k in ks] == sorted(fixed.values())  # fewer steps: higher loss
+    limit = max_stable_lr()
+    assert 16 * lr < limit < 64 * lr
+    assert all(abs(scaled[k] / scaled[1] - 1) < 0.1 for k in (4, 16))
+    assert scaled[64] > 100 * scaled[1]  # step above 2 / lambda_max: diverges

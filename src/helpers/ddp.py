@@ -1,16 +1,19 @@
 """DistributedDataParallel under the microscope: models, workers and a counting comm hook.
 
 Used by: 06 (DDP internals: broadcast at construction, buffers, sampler, buckets, equivalence)
-and 08 (gradient accumulation with `no_sync`, mixed precision in a DDP step).
+and 08 (gradient accumulation with `no_sync`, how large K may be, unused parameters under
+`no_sync`, mixed precision in a DDP step).
 Workers run under `helpers.launch.launch` (gloo on CPU; NCCL with one GPU per rank when enough
 GPUs are visible, through `current_device()`); they return plain Python data, never tensors.
 The DistributedSampler helpers are pure: the sampler needs no process group when `num_replicas`
-and `rank` are given.
+and `rank` are given. So are `accumulation_plan`, `accumulation_epochs` and `max_stable_lr`
+(one process, float64). `jobs_worker` runs several workers, passed as functions, in one launch.
 """
 
 import contextlib
 import copy
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,6 +42,13 @@ __all__ = [
     "no_sync_worker",
     "accumulation_worker",
     "pitfall_worker",
+    "accumulation_step",
+    "accumulation_plan",
+    "accumulation_epochs",
+    "max_stable_lr",
+    "TwoHeadNet",
+    "unused_params_worker",
+    "scaled_step",
     "amp_worker",
     "jobs_worker",
 ]
@@ -54,7 +64,11 @@ def make_bn_net(seed: int = 0) -> nn.Sequential:
 
 
 def make_mlp(seed: int = 0) -> nn.Sequential:
-    """Linear(8, 16) -> ReLU -> Linear(16, 4): small, no buffers (exact DDP equivalence)."""
+    """The DDP notebooks' model: Linear(8, 16) -> ReLU -> Linear(16, 4), seeded, no buffers.
+
+    Without buffers (no BatchNorm) one DDP step matches one step on the concatenated batch up to
+    float rounding. (Not `compile_tools`' width/depth-configurable MLP.)
+    """
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
 
@@ -62,7 +76,8 @@ def make_mlp(seed: int = 0) -> nn.Sequential:
 def make_wide_mlp(seed: int = 0) -> nn.Sequential:
     """Linear(256, 512) -> ReLU -> Linear(512, 512) -> ReLU -> Linear(512, 10): about 1.5 MiB.
 
-    Big enough that DDP's default buckets (first bucket 1 MiB, then 25 MiB) split it in two.
+    Big enough that DDP's default buckets (first bucket 1 MiB, then 25 MiB) split it in two once
+    the Reducer rebuilds them after the first iteration (notebook 06 measures it).
     """
     torch.manual_seed(seed)
     return nn.Sequential(
@@ -95,7 +110,10 @@ class CommCounter:
 def count_allreduce_hook(
     state: CommCounter, bucket: dist.GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
-    """DDP comm hook: record the bucket, then do exactly what DDP does by default."""
+    """DDP comm hook: record the bucket, then call `default_hooks.allreduce_hook`.
+
+    That hook's docstring promises the same result as registering no hook at all.
+    """
     buffer = bucket.buffer()  # flat gradients of this bucket's parameters
     state.calls.append(
         {
@@ -124,13 +142,18 @@ def _rank_batch(rank: int, n: int, features: int, seed: int, offset: float = 0.0
     return torch.randn(n, features, generator=g) + offset * rank
 
 
-def _flat(module: nn.Module, grads: bool = False) -> torch.Tensor:
-    """All parameters (or their .grad) of `module` as one flat CPU float tensor."""
-    ts = [p.grad if grads else p.detach() for p in module.parameters()]
-    return torch.cat([t.reshape(-1).float().cpu() for t in ts])
+def _flat_params(module: nn.Module) -> torch.Tensor:
+    """All parameters of `module` as one flat CPU float tensor."""
+    return torch.cat([p.detach().reshape(-1).float().cpu() for p in module.parameters()])
 
 
-def _r(x: float | torch.Tensor, nd: int = 4) -> float:
+def _flat_grads(module: nn.Module) -> torch.Tensor:
+    """All `.grad`s of `module` as one flat CPU float tensor (every parameter must have one)."""
+    return torch.cat([p.grad.reshape(-1).float().cpu() for p in module.parameters()])
+
+
+def _rounded(x: float | torch.Tensor, nd: int = 4) -> float:
+    """`x` as a Python float rounded to `nd` digits: stable text for stored outputs."""
     if isinstance(x, torch.Tensor):
         x = x.detach()
     return round(float(x), nd)
@@ -176,8 +199,8 @@ def sampler_shards(
 
 def _state_probe(model: nn.Sequential) -> dict[str, float]:
     return {
-        "0.weight[0,0]": _r(model[0].weight[0, 0]),
-        "1.running_mean[0]": _r(model[1].running_mean[0]),
+        "0.weight[0,0]": _rounded(model[0].weight[0, 0]),
+        "1.running_mean[0]": _rounded(model[1].running_mean[0]),
         "1.num_batches_tracked": int(model[1].num_batches_tracked),
     }
 
@@ -236,7 +259,7 @@ def buffer_sync_worker(rank: int, world_size: int, schedule: list[str]) -> dict[
         reference = copy.deepcopy(model)  # rank 0's state, never wrapped
         seen: list[float] = []
         model.register_forward_pre_hook(
-            lambda m, args, seen=seen: seen.append(_r(m[1].running_mean[0]))
+            lambda m, args, seen=seen: seen.append(_rounded(m[1].running_mean[0]))
         )
         after, batches = [], []
         for step, mode in enumerate(schedule):
@@ -247,7 +270,7 @@ def buffer_sync_worker(rank: int, world_size: int, schedule: list[str]) -> dict[
                     ddp(x)
             else:
                 ddp(x).sum().backward()
-            after.append(_r(model[1].running_mean[0]))
+            after.append(_rounded(model[1].running_mean[0]))
             batches.append(_rank_batch(0, 8, 4, seed=step, offset=3.0).to(current_device()))
         with torch.no_grad():  # a plain model fed rank 0's batches in the same modes
             for mode, x in zip(schedule, batches, strict=True):
@@ -330,8 +353,8 @@ def equivalence_worker(
     """One DDP step on `world_size` ranks vs one plain step on the concatenated batch.
 
     Every rank builds the same global batch, takes its slice, and also runs the single-process
-    reference on the whole batch. Done for an MLP (exact) and for the BN net in train mode
-    (not equal: each rank normalises with its own batch statistics).
+    reference on the whole batch. Done for an MLP (equal up to float rounding) and for the BN net
+    in train mode (not equal: each rank normalises with its own batch statistics).
     """
     device = current_device()
     out: dict[str, Any] = {}
@@ -346,11 +369,9 @@ def equivalence_worker(
         _one_step(ddp, x[mine], y[mine], lr)
         _one_step(reference, x, y, lr)
         out[label] = {
-            "max_param_diff": float((_flat(model) - _flat(reference)).abs().max()),
-            "max_grad_diff": float(
-                (_flat(model, grads=True) - _flat(reference, grads=True)).abs().max()
-            ),
-            "param_sum": _r(_flat(model).sum(), 6),
+            "max_param_diff": float((_flat_params(model) - _flat_params(reference)).abs().max()),
+            "max_grad_diff": float((_flat_grads(model) - _flat_grads(reference)).abs().max()),
+            "param_sum": _rounded(_flat_params(model).sum(), 6),
         }
     return out
 
@@ -360,7 +381,11 @@ def equivalence_worker(
 
 
 def no_sync_worker(rank: int, world_size: int) -> dict[str, Any]:
-    """Grads inside `no_sync` (local) and after the next synced backward (averaged)."""
+    """Grads inside `no_sync` (local) and after the next synced backward (averaged).
+
+    Also runs the same two micro-batches with both backwards synced (`grad_both_synced`), to
+    compare the two orders of averaging and adding.
+    """
     model = make_mlp(seed=0)
     local = copy.deepcopy(model).to(current_device())  # a plain copy: local gradients only
     ddp = wrap_ddp(model)
@@ -373,29 +398,34 @@ def no_sync_worker(rank: int, world_size: int) -> dict[str, Any]:
     out["flag_after"] = ddp.require_backward_grad_sync
     out["allreduces_inside"] = counter.count()
     local(xa).square().mean().backward()
-    out["grad_inside"] = _flat(model, grads=True).tolist()
-    out["local_grad_a"] = _flat(local, grads=True).tolist()
+    out["grad_inside"] = _flat_grads(model).tolist()
+    out["local_grad_a"] = _flat_grads(local).tolist()
     ddp(xb).square().mean().backward()  # micro-batch B: synced, carries A's grads along
     local(xb).square().mean().backward()
     out["allreduces_after"] = counter.count()
-    out["grad_after"] = _flat(model, grads=True).tolist()
-    out["local_grad_a_plus_b"] = _flat(local, grads=True).tolist()
+    out["grad_after"] = _flat_grads(model).tolist()
+    out["local_grad_a_plus_b"] = _flat_grads(local).tolist()
+    both = wrap_ddp(make_mlp(seed=0))  # A synced, then B synced: two all-reduces
+    for x in (xa, xb):
+        both(x).square().mean().backward()
+    out["grad_both_synced"] = _flat_grads(both.module).tolist()
     return out
 
 
-def _accumulate(
+def accumulation_step(
     ddp: DDP, micro: list[tuple[torch.Tensor, torch.Tensor]], use_no_sync: bool, lr: float
 ) -> None:
+    """One optimizer step over K micro-batches: loss / K each, the first K - 1 under no_sync."""
     optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
     optimizer.zero_grad()
     k = len(micro)
     for i, (x, y) in enumerate(micro):
         last = i == k - 1
-        if use_no_sync and not last:
-            with ddp.no_sync():
-                (F.mse_loss(ddp(x), y) / k).backward()
-        else:
-            (F.mse_loss(ddp(x), y) / k).backward()
+        # forward *and* backward inside no_sync: the forward decides whether backward syncs
+        context = ddp.no_sync() if use_no_sync and not last else contextlib.nullcontext()
+        with context:
+            loss = F.mse_loss(ddp(x), y) / k  # mean over the K micro-batches
+            loss.backward()  # grads add up in .grad; all-reduced only when not in no_sync
     optimizer.step()
 
 
@@ -404,9 +434,10 @@ def accumulation_worker(
 ) -> dict[str, Any]:
     """K micro-batches per rank, then one optimizer step; vs one step on the whole batch.
 
-    Runs with `no_sync` on the first K-1 micro-batches and without it, counting all-reduces.
-    The global batch is world_size * k * micro_batch rows; rank r's micro-batch i is chunk
-    (i * world_size + r) of it, so the reference is simply the concatenated batch.
+    Runs `accumulation_step` with `no_sync` on the first K-1 micro-batches and without it,
+    counting all-reduces. The global batch is world_size * k * micro_batch rows; rank r's
+    micro-batch i is chunk (i * world_size + r) of it, so the reference is simply the
+    concatenated batch.
     """
     device = current_device()
     g = torch.Generator().manual_seed(7)
@@ -421,10 +452,12 @@ def accumulation_worker(
         model = make_mlp(seed=0)
         ddp = wrap_ddp(model)
         counter = attach_counter(ddp)
-        _accumulate(ddp, micro, use_no_sync, lr)
+        accumulation_step(ddp, micro, use_no_sync, lr)
         out[label] = {
             "allreduces": counter.count(),
-            "max_diff_vs_large_batch": float((_flat(model) - _flat(reference)).abs().max()),
+            "max_diff_vs_large_batch": float(
+                (_flat_params(model) - _flat_params(reference)).abs().max()
+            ),
         }
     return out
 
@@ -445,16 +478,160 @@ def pitfall_worker(rank: int, world_size: int) -> dict[str, Any]:
             with ddp.no_sync():
                 loss = ddp(x).square().mean()
             loss.backward()
-        out[label] = {"allreduces": counter.count(), "grad": _flat(model, grads=True).tolist()}
+        out[label] = {"allreduces": counter.count(), "grad": _flat_grads(model).tolist()}
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 08: how large K may be (pure, one process: K-step accumulation == one step on K times the batch)
+
+
+def accumulation_plan(
+    n_samples: int, world_size: int, micro_batch: int, k: int, base_lr: float, base_batch: int
+) -> dict[str, float | int]:
+    """Effective batch, optimizer steps per epoch and the linearly scaled lr for K micro-batches.
+
+    Steps per epoch drop the last incomplete step; the lr follows the linear scaling rule
+    (lr proportional to the batch, Goyal et al. 2017) from `base_lr` at `base_batch`.
+    """
+    effective = world_size * micro_batch * k
+    return {
+        "k": k,
+        "effective_batch": effective,
+        "steps_per_epoch": n_samples // effective,
+        "scaled_lr": base_lr * effective / base_batch,
+    }
+
+
+def accumulation_epochs(
+    ks: list[int], lr: float, scale_lr: bool, n: int = 512, batch: int = 8, epochs: int = 2
+) -> dict[int, float]:
+    """Least squares, one process: final loss after `epochs` with batches of `batch * k` rows.
+
+    Every K runs the same number of samples (so K times fewer steps); with `scale_lr` the step
+    size is `lr * k`. Float64, fixed data: the numbers are deterministic.
+    """
+    g = torch.Generator().manual_seed(0)
+    scales = torch.linspace(0.2, 3.0, 16, dtype=torch.float64)  # feature scales: curvatures
+    x = torch.randn(n, 16, generator=g, dtype=torch.float64) * scales  # (n, 16)
+    y = x @ torch.randn(16, generator=g, dtype=torch.float64)  # (n,)
+    out = {}
+    for k in ks:
+        w = torch.zeros(16, dtype=torch.float64)
+        step = lr * k if scale_lr else lr
+        for _ in range(epochs):
+            for xb, yb in zip(x.split(batch * k), y.split(batch * k), strict=True):
+                w -= step * 2 * xb.T @ (xb @ w - yb) / len(xb)  # gradient of the mean sq. error
+        out[k] = float(((x @ w - y) ** 2).mean())
+    return out
+
+
+def max_stable_lr(n: int = 512) -> float:
+    """2 / (largest eigenvalue of the Hessian of `accumulation_epochs`' loss): full-batch GD
+    on a quadratic diverges for any larger step."""
+    g = torch.Generator().manual_seed(0)
+    scales = torch.linspace(0.2, 3.0, 16, dtype=torch.float64)
+    x = torch.randn(n, 16, generator=g, dtype=torch.float64) * scales
+    hessian = 2 * x.T @ x / n  # (16, 16)
+    return float(2 / torch.linalg.eigvalsh(hessian).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# 08: unused parameters under no_sync (find_unused_parameters=True)
+
+
+class TwoHeadNet(nn.Module):
+    """trunk Linear(4, 4) -> ReLU -> head_a or head_b (each Linear(4, 2)), chosen per call."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.trunk = nn.Linear(4, 4)
+        self.head_a = nn.Linear(4, 2)
+        self.head_b = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor, head: str = "a") -> torch.Tensor:
+        h = torch.relu(self.trunk(x))  # (B, 4)
+        return self.head_a(h) if head == "a" else self.head_b(h)  # (B, 2)
+
+
+def _used_map(ddp: DDP) -> dict[str, int]:
+    """The Reducer's used-parameter map after a synced backward: {name: ranks that used it}."""
+    names = [n for n, p in ddp.module.named_parameters() if p.requires_grad]
+    return dict(zip(names, ddp.reducer._get_local_used_map().tolist(), strict=True))
+
+
+def _head_b_grad(model: TwoHeadNet) -> float | None:
+    grad = model.head_b.weight.grad
+    return None if grad is None else _rounded(grad.sum(), 6)
+
+
+def unused_params_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """How DDP learns which parameters were used when micro-batches run under `no_sync`.
+
+    All runs use `find_unused_parameters=True` and a synced micro-batch through head_a on every
+    rank. Before it, rank 0 alone runs `micro_before` micro-batches through head_b inside
+    `no_sync` (the other ranks go through head_a). Returns per run the used-parameter map after
+    the sync, head_b's weight-grad sum, and rank 0's local head_b grad sum (before the sync).
+    A last run, without `find_unused_parameters`, returns the error of the second iteration.
+    """
+    device = current_device()
+    x = _rank_batch(rank, 3, 4, seed=11, offset=1.0).to(device)  # (3, 4)
+    out: dict[str, Any] = {}
+    for label, micro_before in [
+        ("no micro-batch before", 0),
+        ("1 under no_sync", 1),
+        ("2 under no_sync", 2),
+    ]:
+        model = TwoHeadNet(seed=0)
+        ddp = wrap_ddp(model, find_unused_parameters=True)
+        with ddp.no_sync():
+            for _ in range(micro_before):
+                ddp(x, "b" if rank == 0 else "a").sum().backward()
+        local_b = _head_b_grad(model)
+        ddp(x, "a").sum().backward()  # synced: head_b unused in this forward on every rank
+        run = {"used_after_sync": _used_map(ddp), "head_b_grad": _head_b_grad(model)}
+        run["local_head_b_grad_before_sync"] = local_b
+        ddp(x, "a").sum().backward()  # one more synced step, head_b unused everywhere
+        run["used_after_next_sync"] = _used_map(ddp)
+        run["head_b_grad_after_next_sync"] = _head_b_grad(model)
+        out[label] = run
+    ddp = wrap_ddp(TwoHeadNet(seed=0))  # find_unused_parameters=False (the default)
+    ddp(x, "a").sum().backward()
+    try:
+        ddp(x, "a").sum().backward()
+        out["without find_unused_parameters"] = "no error"
+    except RuntimeError as err:
+        out["without find_unused_parameters"] = str(err).split(". ")[0] + "."
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 08: mixed precision
+
+
+def scaled_step(
+    ddp: DDP,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> torch.Tensor:
+    """One DDP training step with fp16 autocast and a GradScaler; returns the (unscaled) loss."""
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = F.mse_loss(ddp(x).float(), y)  # forward: autocast picks fp16 for matmuls
+    scaler.scale(loss).backward()  # fp32 grads of loss * scale; DDP all-reduces them here
+    scaler.step(optimizer)  # unscale, check for inf/nan, skip optimizer.step() if any
+    scaler.update()  # skipped: scale * backoff_factor; growth_interval clean steps: * growth_factor
+    return loss
 
 
 def amp_worker(rank: int, world_size: int) -> dict[str, Any]:
     """A DDP step under autocast: dtypes at each stage, and GradScaler agreeing across ranks.
 
     bf16 autocast: forward in bf16, parameters and gradients (and DDP's buckets) stay fp32.
-    fp16 autocast + GradScaler: rank 1 overflows locally; the all-reduce spreads the inf to
-    every rank before `scaler.step` looks, so every rank skips the same step.
+    fp16 autocast + GradScaler (`scaled_step`): rank 1 overflows locally; the all-reduce
+    spreads the inf to every rank before `scaler.step` looks, so every rank skips the step.
     """
     device = current_device()
     out: dict[str, Any] = {}
@@ -471,7 +648,7 @@ def amp_worker(rank: int, world_size: int) -> dict[str, Any]:
             pred = ddp(x)
             loss = F.mse_loss(pred.float(), y)
         loss.backward()
-        grads[label] = _flat(model, grads=True)
+        grads[label] = _flat_grads(model)
         out[label] = {
             "activation_dtype": str(pred.dtype).replace("torch.", ""),
             "param_dtype": str(model[0].weight.dtype).replace("torch.", ""),
@@ -486,27 +663,26 @@ def amp_worker(rank: int, world_size: int) -> dict[str, Any]:
     ddp = wrap_ddp(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler(device.type)
-    before = _flat(model)
+    before = _flat_params(model)
     x16 = x.clone()
     if rank == 1:
         x16[0, 0] = 1e6  # 1e6 * weight overflows fp16 (max 65504) on this rank only
-    with torch.autocast(device.type, dtype=torch.float16):
-        loss = F.mse_loss(ddp(x16).float(), y)
-    scaler.scale(loss).backward()  # DDP all-reduces the *scaled* grads during backward
-    out["local_loss_finite"] = bool(torch.isfinite(loss))
-    out["grads_finite_after_allreduce"] = bool(torch.isfinite(_flat(model, grads=True)).all())
     out["scale_before"] = scaler.get_scale()
-    scaler.step(optimizer)  # unscales, checks for inf/nan, skips the step if any
-    scaler.update()
+    loss = scaled_step(ddp, optimizer, scaler, x16, y)
+    out["local_loss_finite"] = bool(torch.isfinite(loss))
+    out["grads_finite_after_allreduce"] = bool(torch.isfinite(_flat_grads(model)).all())
     out["scale_after"] = scaler.get_scale()
-    out["params_changed"] = bool((_flat(model) != before).any())
+    out["params_changed"] = bool((_flat_params(model) != before).any())
     return out
 
 
-def jobs_worker(rank: int, world_size: int, jobs: list[tuple[str, tuple]]) -> dict[str, Any]:
-    """Run several workers of this module in one launch: {name: its result}.
+def jobs_worker(
+    rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], tuple]]
+) -> dict[str, Any]:
+    """Run several workers in one launch: {worker's name: its result}.
 
-    `jobs` lists (worker name, extra args); one process group start-up pays for all of them.
+    `jobs` lists (worker function, extra args); the functions travel to the ranks pickled by
+    reference, so they must be module-level (like every worker here). One process-group
+    start-up pays for all of them.
     """
-    table = {name: globals()[name] for name in __all__ if name.endswith("_worker")}
-    return {name: table[name](rank, world_size, *args) for name, args in jobs}
+    return {fn.__name__: fn(rank, world_size, *args) for fn, args in jobs}
