@@ -1,0 +1,228 @@
+"""Sharded data parallelism: ZeRO stages 1 and 2 from scratch, FSDP2, and their memory.
+
+Used by: notebook 13. Workers run under `helpers.launch` (gloo on CPU, NCCL with one GPU per
+rank: tensors go to `device_for(rank)`). Every rank trains the same small MLP on its own batches
+with AdamW; the workers return plain Python data (final parameters, byte counts, collective
+counts), never tensors.
+
+What "from scratch" means here: every parameter is flattened, padded to a multiple of the world
+size N and cut into N equal shards; rank r owns shard r. `ZeroAdamW` keeps AdamW's state only for
+the shards a rank owns (ZeRO stage 1); with `stage=2` a post-accumulate-grad hook reduce-scatters
+each gradient as soon as backward produces it and drops the full gradient (ZeRO stage 2). After
+the step every rank all-gathers the updated shards, so every rank holds the full parameters again.
+Memory is counted as the bytes of the tensors a rank holds, next to the ZeRO paper's formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = [
+    "make_model",
+    "batch",
+    "padded_numel",
+    "ZeroAdamW",
+    "memory_formula",
+    "sharding_worker",
+    "LR",
+]
+
+LR = 1e-2
+IN_FEATURES, HIDDEN, OUT_FEATURES = 10, 30, 6  # odd sizes: shards need padding at N = 4
+
+
+def device_for(rank: int) -> torch.device:
+    """cuda:rank when GPUs are visible (NCCL), else the CPU (gloo)."""
+    return torch.device(f"cuda:{rank}") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def make_model(seed: int = 0) -> nn.Sequential:
+    """The same three-layer MLP on every rank (seeded), 10 -> 30 -> 30 -> 6."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(IN_FEATURES, HIDDEN),
+        nn.ReLU(),
+        nn.Linear(HIDDEN, HIDDEN),
+        nn.ReLU(),
+        nn.Linear(HIDDEN, OUT_FEATURES),
+    )
+
+
+def batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s batch at `step`: inputs (size, 10) and regression targets (size, 6)."""
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(size, IN_FEATURES, generator=g), torch.randn(size, OUT_FEATURES, generator=g)
+
+
+def padded_numel(numel: int, world_size: int) -> int:
+    """`numel` rounded up to a multiple of `world_size`: N equal shards."""
+    return math.ceil(numel / world_size) * world_size
+
+
+class ZeroAdamW:
+    """AdamW over sharded state: ZeRO stage 1 (optimizer state) or 2 (and gradients).
+
+    Rank r keeps, for every parameter p, an fp32 copy of its shard of p (`self.shards`, what the
+    optimizer updates) and AdamW's exp_avg and exp_avg_sq for that shard only.
+    """
+
+    def __init__(self, model: nn.Module, stage: int, lr: float = LR) -> None:
+        assert stage in (1, 2), f"ZeRO stage must be 1 or 2, got {stage}"
+        self.stage, self.rank, self.world_size = stage, dist.get_rank(), dist.get_world_size()
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.shards = [nn.Parameter(self._my_slice(p.detach())) for p in self.params]
+        self.optimizer = torch.optim.AdamW(self.shards, lr=lr)
+        if stage == 2:  # reduce each gradient the moment backward has accumulated it
+            for p, shard in zip(self.params, self.shards, strict=True):
+                p.register_post_accumulate_grad_hook(lambda p, shard=shard: self._reduce(p, shard))
+
+    def _my_slice(self, t: torch.Tensor) -> torch.Tensor:
+        flat = torch.zeros(padded_numel(t.numel(), self.world_size), device=t.device)
+        flat[: t.numel()] = t.reshape(-1)
+        return flat.chunk(self.world_size)[self.rank].clone()  # (padded / N,)
+
+    def _reduce(self, p: torch.Tensor, shard: nn.Parameter) -> None:
+        """Full gradient of p -> this rank's shard of the averaged gradient."""
+        flat = torch.zeros(padded_numel(p.numel(), self.world_size), device=p.device)
+        flat[: p.numel()] = p.grad.reshape(-1)
+        out = torch.empty_like(shard)
+        dist.reduce_scatter_single(out, flat, op=dist.ReduceOp.SUM)
+        shard.grad = out / self.world_size
+        if self.stage == 2:
+            p.grad = None  # stage 2 keeps only the shard
+
+    def step(self) -> None:
+        if self.stage == 1:  # stage 1 reduces after backward, from full gradients
+            for p, shard in zip(self.params, self.shards, strict=True):
+                self._reduce(p, shard)
+        self.optimizer.step()
+        for p, shard in zip(self.params, self.shards, strict=True):
+            full = torch.empty(padded_numel(p.numel(), self.world_size), device=p.device)
+            dist.all_gather_single(full, shard.detach())  # every rank's updated shard
+            p.data.copy_(full[: p.numel()].view_as(p))
+
+    def zero_grad(self) -> None:
+        for t in (*self.params, *self.shards):
+            t.grad = None
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard on this rank
+
+
+def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """exp_avg and exp_avg_sq (AdamW's per-element state); the scalar step counter is left out."""
+    return _bytes(_local(v) for s in optimizer.state.values() for k, v in s.items() if k != "step")
+
+
+def memory_formula(numel: int, padded: int, world_size: int, scheme: str) -> dict[str, float]:
+    """Bytes per rank for fp32 training with AdamW, after the ZeRO paper's accounting.
+
+    The paper (Rajbhandari et al., 2020, section 5) counts 2 bytes of fp16 parameters, 2 of
+    fp16 gradients and K = 12 of optimizer state (fp32 master copy, momentum, variance) per
+    parameter. Here everything is fp32: parameters 4, gradients 4; DDP's AdamW keeps 8 (exp_avg,
+    exp_avg_sq), ZeRO's keeps 12 per owned element (its fp32 shard copy plus the two moments).
+    """
+    n, p = world_size, padded
+    return {
+        "ddp": {"params": 4 * numel, "grads": 4 * numel, "optimizer": 8 * numel},
+        "zero1": {"params": 4 * numel, "grads": 4 * numel, "optimizer": 12 * p / n},
+        "zero2": {"params": 4 * numel, "grads": 4 * p / n, "optimizer": 12 * p / n},
+        "fsdp2": {"params": 4 * numel / n, "grads": 4 * numel / n, "optimizer": 8 * numel / n},
+    }[scheme]
+
+
+def _counts(comm: Any) -> dict[str, int]:
+    """Collectives seen by a CommDebugMode, by short name: {"all_gather": 3, ...}."""
+    names = {
+        "allreduce_": "all_reduce",
+        "_allgather_base_": "all_gather",
+        "_reduce_scatter_base_": "reduce_scatter",
+    }
+    return {names.get(str(k).split(".")[-1], str(k)): v for k, v in comm.get_comm_counts().items()}
+
+
+def _flat_params(model: nn.Module) -> list[float]:
+    return torch.cat([_full(p).detach().reshape(-1).cpu() for p in model.parameters()]).tolist()
+
+
+def _full(p: torch.Tensor) -> torch.Tensor:
+    return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+
+def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:
+    """Train `steps` steps under `scheme`; bytes measured after the first backward and step."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    device = device_for(rank)
+    model = make_model().to(device)
+    if scheme == "ddp":
+        model = nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    elif scheme == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)  # each Linear's parameters become DTensors sharded on dim 0
+        fully_shard(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
+    else:
+        optimizer = ZeroAdamW(model, stage=int(scheme[-1]))
+    out: dict[str, Any] = {"scheme": scheme}
+    for step in range(steps):
+        x, y = (t.to(device) for t in batch(rank, step))
+        counts = {}
+        with CommDebugMode() as comm:
+            loss = nn.functional.mse_loss(model(x), y)
+        counts["forward"] = _counts(comm)
+        with CommDebugMode() as comm:
+            loss.backward()
+        counts["backward"] = _counts(comm)
+        if step == 0:
+            params = list(model.parameters())
+            grads = [_local(p.grad) if p.grad is not None else None for p in params]
+            if isinstance(optimizer, ZeroAdamW):
+                grads += [s.grad for s in optimizer.shards]
+            out["param_bytes"] = _bytes(_local(p) for p in params)
+            out["grad_bytes"] = _bytes(grads)
+        with CommDebugMode() as comm:
+            optimizer.step()
+        counts["step"] = _counts(comm)
+        if step == 0:
+            out["collectives"] = counts
+            inner = optimizer.optimizer if isinstance(optimizer, ZeroAdamW) else optimizer
+            extra = _bytes(optimizer.shards) if isinstance(optimizer, ZeroAdamW) else 0
+            out["optimizer_bytes"] = _state_bytes(inner) + extra
+            if scheme == "fsdp2":
+                w = model[0].weight
+                out["dtensor"] = {
+                    "type": type(w).__name__,
+                    "placements": str(w.placements),
+                    "full_shape": tuple(w.shape),
+                    "local_shape": tuple(w.to_local().shape),
+                }
+        optimizer.zero_grad()
+    out["params"] = _flat_params(model)
+    return out
+
+
+def sharding_worker(rank: int, world_size: int, schemes: list[str], steps: int = 3) -> list[dict]:
+    """Train the same model under each scheme ("ddp", "zero1", "zero2", "fsdp2") in turn."""
+    numel = sum(p.numel() for p in make_model().parameters())
+    padded = sum(padded_numel(p.numel(), world_size) for p in make_model().parameters())
+    results = []
+    for scheme in schemes:
+        r = _train(scheme, rank, steps)
+        r |= {"numel": numel, "padded": padded}
+        results.append(r)
+    return results
