@@ -131,7 +131,9 @@ def test_a_rank_that_dies_is_named(how: str, reason: str) -> None:
 
 
 def test_a_hanging_rank_times_out_naming_the_ranks() -> None:
-    timeout = 8
+    # long enough for the workers to import torch and reach hang_worker on a loaded 2-core
+    # machine (8 s was not, at load 15): only then do their stack dumps name it
+    timeout = 15
     start = time.monotonic()
     with pytest.raises(LaunchTimeout) as info:
         launch(w.hang_worker, 2, args=(1,), timeout_s=timeout)
