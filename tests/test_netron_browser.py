@@ -5,10 +5,10 @@ the test is skipped, except under CI (`CI` set), where it fails. Chromium is dri
 the DevTools protocol over a pipe (`--remote-debugging-pipe`: JSON messages separated by NUL
 on file descriptors 3 and 4), so no Python package beyond the standard library is needed.
 
-Netron's page first asks for cookie consent (it tries to reach an outside host, which fails
-offline); a `consent` cookie set before loading skips the question. The viewer also refuses
-to render once its build is about 180 days old ("Please update to the newest version."):
-the test then fails saying so.
+Netron's page first asks for cookie consent unless a `consent` (or `_ga`) cookie is set
+(`netron/browser.js`, its `consent` step): the test sets one before loading. The viewer also
+refuses to render once its build date is more than 180 days past (`browser.js`, its `age`
+step: "Please update to the newest version."): the test then fails saying so.
 """
 
 from __future__ import annotations

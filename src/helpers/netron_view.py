@@ -1,6 +1,6 @@
 """Netron from a notebook: serve one ONNX model on 127.0.0.1, show it in an IFrame, always stop.
 
-Used by: notebook 10 (and 11 where it shows a custom-domain node). CPU only; no network.
+Used by: notebook 10 (and tests/test_netron_browser.py). CPU only; no network.
 
 Netron's Python server (`netron.start`) serves the model's whole folder under `/data/`, so the
 model is first copied into a fresh, empty temporary folder that is deleted on stop. The server

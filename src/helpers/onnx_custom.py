@@ -124,9 +124,9 @@ def sample_input() -> torch.Tensor:
 
 def stub_signatures(name: str) -> list[tuple[str, str]]:
     """Every `def name(` line in the installed torch's generated stubs (`torch/_C/*.pyi`,
-    `torch/_VF.pyi`): (path inside the package, the line). The stubs are generated from
-    ATen's `native_functions.yaml`; `_VariableFunctions.pyi` holds the `torch.*` functions,
-    `_C/__init__.pyi` the `Tensor` methods, `_C/_nn.pyi` the `torch._C._nn` ones."""
+    `torch/_VF.pyi`): (path inside the package, the line). The stubs are generated at build
+    time by `tools/pyi/gen_pyi.py` (their first line says so); `_VariableFunctions.pyi` holds
+    the `torch.*` functions, `_C/__init__.pyi` the `TensorBase` methods."""
     root = Path(torch.__file__).parent
     files = sorted((root / "_C").glob("*.pyi")) + [root / "_VF.pyi"]
     pattern = re.compile(rf"^\s*def {re.escape(name)}\(")
