@@ -5,7 +5,9 @@ Modules (each docstring says which notebooks use it and what it assumes):
     source         source_view()/show_source(): live source of installed packages, permalinks
     launch         launch(): run a function on N ranks inside a process group, from a notebook
     processes      parent-death signal, child import path, loopback sockets (launch, torchrun)
-    tracing        call-path recorder, landmarks, stepper, RecordingBackend (01)
+    claims         presence, signature and default checks that say what they expected and found
+    tracing        call-path recorder, stepper, RecordingBackend (01)
+    landmarks      compile-path stages checked on a recording (01)
     compile_tools  bytecode and guard capture, AOTAutograd graphs, timing (02, 03)
     collectives    workers for process groups and collectives (04)
     allreduce      naive, master and ring all-reduce, byte accounting, ring simulation (05)
@@ -16,6 +18,8 @@ Modules (each docstring says which notebooks use it and what it assumes):
     onnx_tools     export with either exporter, ONNX Runtime parity, op tables, mapping (10, 11)
     netron_view    Netron on 127.0.0.1 in a temp folder, always stopped (10)
     onnx_custom    custom operators for both exporters (11)
+    board_op       a C++ upsample operator (csrc/) carried to ONNX Runtime, Resize semantics (12)
+    sharded        ZeRO stages 1 and 2 from scratch, FSDP2, bytes per rank (13)
 """
 
 __version__ = "0.1.0"
