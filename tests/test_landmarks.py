@@ -5,10 +5,9 @@ The one Inductor compile of the tracing tests lives here (module-scoped fixture)
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
+from compile_fixtures import ADDRESS, X, pointwise
 
 from helpers.landmarks import (
     LANDMARKS,
@@ -19,23 +18,6 @@ from helpers.landmarks import (
     stages_for_backend,
 )
 from helpers.tracing import Recording, record_compile
-
-ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
-
-X = torch.arange(8.0)
-
-
-def pointwise(x: torch.Tensor) -> torch.Tensor:
-    return torch.sin(x) * 2 + 1
-
-
-def shifted_cos(x: torch.Tensor) -> torch.Tensor:
-    return torch.cos(x) + 1
-
-
-@pytest.fixture(scope="module")
-def eager_recording() -> Recording:
-    return record_compile(shifted_cos, X, backend="eager")
 
 
 @pytest.fixture(scope="module")

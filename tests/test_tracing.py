@@ -6,12 +6,12 @@ No Inductor compile here (tests/test_landmarks.py has the one); eager and aot_ea
 from __future__ import annotations
 
 import html
-import re
 import sys
 
 import pytest
 import torch
 import torch._dynamo
+from compile_fixtures import ADDRESS, X, pointwise, shifted_cos
 
 from helpers.compile_tools import graph_ops
 from helpers.source import resolve
@@ -24,24 +24,6 @@ from helpers.tracing import (
     step_text,
     step_viewer,
 )
-
-ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
-
-
-X = torch.arange(8.0)
-
-
-def pointwise(x: torch.Tensor) -> torch.Tensor:
-    return torch.sin(x) * 2 + 1
-
-
-def shifted_cos(x: torch.Tensor) -> torch.Tensor:
-    return torch.cos(x) + 1
-
-
-@pytest.fixture(scope="module")
-def eager_recording() -> Recording:
-    return record_compile(shifted_cos, X, backend="eager")
 
 
 def test_recorder_tree_on_compiled_function(eager_recording: Recording) -> None:
