@@ -72,9 +72,10 @@ def quiet_onnx() -> Iterator[None]:
     per torchvision op when torchvision is not installed: `_registration._get_overload`),
     torch.export's loggers quiet, FutureWarnings and DeprecationWarnings ignored (the
     TorchScript exporter's DeprecationWarning in `torch.onnx.export`, pytree's `LeafSpec`
-    notice), and stderr captured: a failed `torch.export` attempt can print there. On failure
-    the capture is attached to the exception as `captured_stderr`; on success it is written
-    back, so other warnings (a TracerWarning about a traced branch) still reach the caller.
+    notice), and stderr captured: a failed `torch.export` attempt prints its partial graph
+    there. On failure the capture is attached to the exception as `captured_stderr`; on
+    success it is written back, so other warnings (a TracerWarning about a traced branch)
+    still reach the caller.
     """
     loggers = {name: logging.getLogger(name) for name in _NOISY_LOGGERS}
     levels = {name: logger.level for name, logger in loggers.items()}
