@@ -63,5 +63,8 @@ lint: $(STAMP) ## ruff over code and notebooks
 bench: $(STAMP) ## run every benchmark (JSON lines on stdout)
 	for b in benchmarks/*.py; do echo "# $$b"; $(BIN)/python $$b || exit 1; done
 
+slurm-check: $(STAMP) ## run slurm/train_ddp.sbatch on a one-host Slurm cluster, requeue it (root)
+	slurm/check_local.sh
+
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -28,14 +28,16 @@ does). What this module does:
    has not exited within `grace_s`, SIGKILL follows and step 2 takes the workers down.
 
 The environment torchrun gets: this process's, plus PYTHONPATH (workers import what the
-caller imports), OMP_NUM_THREADS=1 unless set, and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 unless
-set: on torch 2.13 the agent's shared TCPStore outlives a failed attempt and the restarted
-workers read the dead workers' addresses (gloo: "Connection refused"), so `--max-restarts`
-only works with the opt-out (measured; pytorch/pytorch#135712 describes it for NCCL).
+caller imports) and OMP_NUM_THREADS=1 unless set. Nothing else: `--max-restarts` works with
+torchrun's defaults because helpers.train_ddp builds each worker group's process group on a
+key space of its own in the agent's shared store (notebook 09, section 6).
 
 Rendezvous stays on this machine by default (`loopback=True`): c10d on 127.0.0.1 at a free
 port, `--local-addr=127.0.0.1` (the workers' MASTER_ADDR) and gloo/NCCL sockets on `lo`.
-Pass `loopback=False` and a real `rdzv_endpoint` for machines that talk over the network.
+`rdzv_backend="static"` is torchrun's default rendezvous instead (`--master-addr`,
+`--master-port`). Pass `loopback=False` and a real `rdzv_endpoint` for machines that talk over
+the network. The launch options are one dataclass, `TorchrunLaunch`; `torchrun_command`,
+`start_torchrun` and `run_torchrun` take its fields as keyword arguments.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "TorchrunResult",
     "TorchrunProcess",
     "TorchrunTimeout",
+    "TorchrunLaunch",
     "torchrun_command",
     "start_torchrun",
     "run_torchrun",
@@ -99,50 +102,62 @@ class TorchrunTimeout(TimeoutError):
         self.result = result
 
 
-def torchrun_command(
-    script_args: Sequence[str],
-    *,
-    nproc_per_node: int = 2,
-    nnodes: int | str = 1,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str = "helpers",
-    max_restarts: int = 0,
-    launcher_args: Sequence[str] = (),
-    loopback: bool = True,
-    python: str = sys.executable,
-) -> list[str]:
-    """The full command line: wrapper -> torchrun -> wrapper -> python `script_args`.
+@dataclass(frozen=True)
+class TorchrunLaunch:
+    """torchrun's launch options (one node's view); `command()` builds the full command line.
+
+    Without `rdzv_endpoint`, the rendezvous is on 127.0.0.1 at a free port. `rdzv_backend`
+    "c10d" passes --rdzv-backend/--rdzv-endpoint/--rdzv-id; "static" (torchrun's default)
+    passes --master-addr/--master-port taken from the endpoint.
+    """
+
+    nproc_per_node: int = 2
+    nnodes: int | str = 1
+    node_rank: int | None = None
+    rdzv_backend: str = "c10d"
+    rdzv_endpoint: str | None = None
+    rdzv_id: str = "helpers"
+    max_restarts: int = 0
+    launcher_args: Sequence[str] = ()
+    loopback: bool = True
+    python: str = sys.executable
+
+    def command(self, script_args: Sequence[str]) -> list[str]:
+        """wrapper -> torchrun -> wrapper -> python `script_args` (what follows `python`)."""
+        if self.rdzv_backend not in ("c10d", "static"):
+            raise ValueError(
+                f"rdzv_backend: expected 'c10d' or 'static', got {self.rdzv_backend!r}"
+            )
+        endpoint = self.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+        launcher = [f"--nnodes={self.nnodes}", f"--nproc-per-node={self.nproc_per_node}"]
+        if self.rdzv_backend == "c10d":
+            launcher += [
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={endpoint}",
+                f"--rdzv-id={self.rdzv_id}",
+            ]
+        else:
+            host, port = endpoint.rsplit(":", 1)
+            launcher += [f"--master-addr={host}", f"--master-port={port}"]
+        launcher.append(f"--max-restarts={self.max_restarts}")
+        if self.node_rank is not None:
+            launcher.append(f"--node-rank={self.node_rank}")
+        if self.loopback:
+            launcher.append("--local-addr=127.0.0.1")
+        launcher += list(self.launcher_args)
+        py = self.python
+        worker = [py, *_WRAPPER, "--", py, "-u", *script_args]
+        return [py, *_WRAPPER, "--", py, "-m", "torch.distributed.run", *launcher,
+                "--no-python", *worker]  # fmt: skip
+
+
+def torchrun_command(script_args: Sequence[str], **launch) -> list[str]:
+    """The full command line for `script_args`; keyword arguments: TorchrunLaunch's fields.
 
     `script_args` is what would follow `python` (`["-m", "pkg.mod", "--flag"]` or a script
-    path and its arguments). Without `rdzv_endpoint`, c10d rendezvous on 127.0.0.1 at a free port.
+    path and its arguments).
     """
-    endpoint = rdzv_endpoint or f"127.0.0.1:{free_port()}"
-    launcher = [
-        f"--nnodes={nnodes}",
-        f"--nproc-per-node={nproc_per_node}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}",
-        f"--rdzv-id={rdzv_id}",
-        f"--max-restarts={max_restarts}",
-    ]
-    if node_rank is not None:
-        launcher.append(f"--node-rank={node_rank}")
-    if loopback:
-        launcher.append("--local-addr=127.0.0.1")
-    launcher += list(launcher_args)
-    worker = [python, *_WRAPPER, "--", python, "-u", *script_args]
-    return [
-        python,
-        *_WRAPPER,
-        "--",
-        python,
-        "-m",
-        "torch.distributed.run",
-        *launcher,
-        "--no-python",
-        *worker,
-    ]
+    return TorchrunLaunch(**launch).command(script_args)
 
 
 class TorchrunProcess:
@@ -228,45 +243,27 @@ class TorchrunProcess:
 def start_torchrun(
     script_args: Sequence[str],
     *,
-    nproc_per_node: int = 2,
-    nnodes: int | str = 1,
-    node_rank: int | None = None,
-    rdzv_endpoint: str | None = None,
-    rdzv_id: str = "helpers",
-    max_restarts: int = 0,
-    launcher_args: Sequence[str] = (),
-    loopback: bool = True,
     env: Mapping[str, str] | None = None,
     log_path: str | Path | None = None,
     cwd: str | Path | None = None,
+    **launch,
 ) -> TorchrunProcess:
-    """Start torchrun in the background (see torchrun_command); returns a TorchrunProcess.
+    """Start torchrun in the background; returns a TorchrunProcess.
 
-    `env` adds to (and overrides) this process's environment. The log goes to `log_path`
-    (default: a temporary file, removed once `wait()` has read it), stdout and stderr of
-    torchrun and every worker together.
+    `launch`: TorchrunLaunch's fields (nproc_per_node, nnodes, node_rank, rdzv_backend,
+    rdzv_endpoint, rdzv_id, max_restarts, launcher_args, loopback). `env` adds to (and
+    overrides) this process's environment. The log goes to `log_path` (default: a temporary
+    file, removed once `wait()` has read it), stdout and stderr of torchrun and every worker.
     """
-    command = torchrun_command(
-        script_args,
-        nproc_per_node=nproc_per_node,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        rdzv_id=rdzv_id,
-        max_restarts=max_restarts,
-        launcher_args=launcher_args,
-        loopback=loopback,
-    )
+    options = TorchrunLaunch(**launch)
+    command = options.command(script_args)
     # the workers import helpers (and the caller's modules) by name: give them our import path
     full_env = child_env()
     full_env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun sets anyway, without its banner
     full_env["PYTHONUNBUFFERED"] = "1"
-    if loopback:
+    if options.loopback:
         full_env.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK_IFNAME)
         full_env.setdefault("NCCL_SOCKET_IFNAME", LOOPBACK_IFNAME)
-    # torch 2.13: with the agent's shared TCPStore (the default), a restarted worker group
-    # reads the previous attempt's keys and gloo/NCCL connect to dead peers; opt out
-    full_env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     full_env[_PARENT_PID_ENV] = str(os.getpid())  # the first wrapper's expected parent
     full_env.update(env or {})
     own_log = log_path is None
@@ -281,7 +278,7 @@ def start_torchrun(
 def run_torchrun(
     script_args: Sequence[str], *, timeout_s: float | None = 600.0, **kwargs
 ) -> TorchrunResult:
-    """Run torchrun to the end (arguments as start_torchrun); return its exit code and log.
+    """Run torchrun to the end (keyword arguments as start_torchrun); return code and log.
 
     Raises TorchrunTimeout after `timeout_s`; KeyboardInterrupt stops every worker first.
     """
