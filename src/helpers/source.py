@@ -36,6 +36,7 @@ _REPOS: dict[str, tuple[str, str]] = {
     "onnxscript": ("https://github.com/microsoft/onnxscript", "v{version}"),
     "onnx": ("https://github.com/onnx/onnx", "v{version}"),
     "onnxruntime": ("https://github.com/microsoft/onnxruntime", "v{version}"),
+    "onnxruntime_extensions": ("https://github.com/microsoft/onnxruntime-extensions", "v{version}"),
     "netron": ("https://github.com/lutzroeder/netron", "v{version}"),
     "nbval": ("https://github.com/computationalmodelling/nbval", "{version}"),
 }
