@@ -417,14 +417,17 @@ def pipelined_ring_allreduce(
     group: dist.ProcessGroup | None = None,
     segments: int = 4,
     check: bool = True,
+    receive_ahead: bool | None = None,
 ) -> torch.Tensor:
     """The ring all-reduce with each chunk cut into `segments` segments that move independently.
 
     Same schedule, results, errors and bytes as `ring_allreduce`, in 2(N-1)*segments messages
     each way. Segment k of the chunk a rank receives at step s is the segment k it sends at step
     s+1, so it is forwarded as soon as it has arrived (and, in the reduce-scatter, been added):
-    the next segment's transfer runs while this one is added. Each (step, segment) posts its
-    send and receive together with `p2p_post`, in the same order on every rank.
+    the next segment's transfer runs while this one is added. Messages are posted in the same
+    order on every rank. `receive_ahead` (default: on gloo only) posts each step's receives one
+    step early, on their own; otherwise each receive is posted in one `p2p_post` with its
+    matching send, as `p2p_round` does (under NCCL, `batch_isend_irecv` groups the two).
     """
     if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
         raise ValueError(f"segments must be an int >= 1, got {segments!r}")
@@ -440,30 +443,42 @@ def pipelined_ring_allreduce(
             for i in (0, 1)
         ]
         n_steps = 2 * (world_size - 1)
+        ahead = dist.get_backend(group) == "gloo" if receive_ahead is None else receive_ahead
 
-        def post(step: int, k: int) -> list[Any]:  # send and receive segment k of `step`
+        def post(step: int, k: int, send: bool, recv: bool) -> list[Any]:  # segment k of `step`
             phase, send_i, recv_i = ring_schedule(rank, world_size, step)
             own = pieces[recv_i][k]
             into = inboxes[step % 2][k][: own.numel()] if phase == "reduce-scatter" else own
-            tag = step * segments + k  # unambiguous matching whatever the transport
-            return p2p_post([(pieces[send_i][k], right)], [(into, left)], group, tag)
+            sends, recvs = [(pieces[send_i][k], right)] * send, [(into, left)] * recv
+            return _timed("post_s", p2p_post, sends, recvs, group, step * segments + k)
 
         sent: list[Any] = []
-        pending = [post(0, k) for k in range(segments)]  # step 0: every segment is ready
+        receiving = {}  # (step, segment) -> its posted works, the receive last (p2p_post)
+        if ahead:  # the receives of steps 0 and 1 (n_steps >= 2)
+            receiving = {(s, k): post(s, k, False, True) for s in (0, 1) for k in range(segments)}
+        for k in range(segments):  # step 0: every segment is ready to leave
+            if ahead:
+                sent += post(0, k, True, False)
+            else:
+                receiving[0, k] = post(0, k, True, True)
         for step in range(n_steps):
             _count_step()
             phase, _, recv_i = ring_schedule(rank, world_size, step)
-            following = []
             for k in range(segments):
-                works, own = pending[k], pieces[recv_i][k]
-                if own.numel():  # the receive is posted last (an empty one is not posted)
+                if ahead and 0 < step < n_steps - 1:  # this area was added at step - 1
+                    receiving[step + 1, k] = post(step + 1, k, False, True)
+                works, own = receiving.pop((step, k)), pieces[recv_i][k]
+                if own.numel():  # an empty receive is not posted
                     _timed("wait_s", works.pop().wait)
                 sent += works
                 if phase == "reduce-scatter":
                     _timed("add_s", own.add_, inboxes[step % 2][k][: own.numel()])
                 if step + 1 < n_steps:  # forward it at once: step s+1 sends segment k
-                    following.append(_timed("post_s", post, step + 1, k))
-            pending = following
+                    works = post(step + 1, k, True, not ahead)
+                    if ahead:
+                        sent += works
+                    else:
+                        receiving[step + 1, k] = works
         _timed("wait_s", _wait_all, sent)
     return _finish(tensor, flat, name, world_size)
 
@@ -477,13 +492,18 @@ ALGORITHMS = {
 
 
 def resolve_algorithm(name: str) -> Callable[..., torch.Tensor]:
-    """An `ALGORITHMS` name, or "pipelined:K" for the pipelined ring with K segments."""
-    base, _, segments = name.partition(":")
-    if base not in ALGORITHMS or (segments and base != "pipelined"):
+    """An `ALGORITHMS` name, "pipelined:K" for the pipelined ring with K segments, or
+    "pipelined:K:paired" for it with each receive posted together with its send."""
+    base, _, rest = name.partition(":")
+    segments, _, variant = rest.partition(":")
+    if base not in ALGORITHMS or (rest and base != "pipelined") or variant not in ("", "paired"):
         raise ValueError(f"unknown algorithm {name!r}: use one of {sorted(ALGORITHMS)}")
-    if segments:
-        return functools.partial(pipelined_ring_allreduce, segments=int(segments))
-    return ALGORITHMS[base]
+    if not rest:
+        return ALGORITHMS[base]
+    kwargs: dict[str, Any] = {"segments": int(segments)}
+    if variant:
+        kwargs["receive_ahead"] = False
+    return functools.partial(pipelined_ring_allreduce, **kwargs)
 
 
 # --------------------------------------------------------------------------- cost model
