@@ -19,6 +19,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q -r requirements.txt -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
 		--display-name "Python 3 (PyTorch Source Reading)" >/dev/null
+	@# JupyterLab settings for this environment: no "fetch Jupyter news?" prompt, no update check
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
+		> $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
 system-deps: ## install what pip cannot (headless Chromium for the Netron browser test)
@@ -29,8 +33,9 @@ system-deps: ## install what pip cannot (headless Chromium for the Netron browse
 	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "warning: no chromium and no apt-get: the Netron browser test will be skipped"; fi; }
 
-lab: $(STAMP) ## open the notebooks in JupyterLab (http://127.0.0.1:8888)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 $(ROOT_FLAG)
+lab: $(STAMP) ## open the notebooks in JupyterLab at the orientation notebook (http://127.0.0.1:8888)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 $(ROOT_FLAG) \
+		--LabApp.default_url=/lab/tree/00_orientation.ipynb
 
 test: $(STAMP) system-deps ## unit tests + every notebook re-executed and diffed (strict nbval)
 	$(BIN)/python -m pytest --nbval -q tests notebooks
@@ -53,7 +58,7 @@ execute: $(STAMP) ## re-run notebooks in place to refresh stored outputs (NB=pat
 	  $(BIN)/python -c '$(TAG_RAISES)' $$nb && \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=$(KERNEL) $$nb || exit 1; \
-	  $(BIN)/nbstripout --keep-output --keep-count $$nb; \
+	  $(BIN)/nbstripout --keep-output --keep-count --keep-id $$nb; \
 	done
 
 lint: $(STAMP) ## ruff over code and notebooks
