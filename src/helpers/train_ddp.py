@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dist-url",
         default="env://",
         help="how the processes meet. env:// reads MASTER_ADDR and MASTER_PORT (torchrun "
-        "sets them to the rendezvous' store); tcp://HOST:PORT or file:///PATH instead "
+        "sets them to the address of a TCPStore its agent hosts, or of a free port on the "
+        "first node); tcp://HOST:PORT or file:///PATH instead "
         "(RANK still comes from the environment, the world size from --world-size or "
         "WORLD_SIZE)",
     )
