@@ -8,7 +8,7 @@ NB ?= notebooks/*.ipynb
 STAMP := $(VENV)/.installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help lab test test-lax unit execute lint bench system-deps clean
+.PHONY: help lab test test-lax unit execute lint bench system-deps slurm-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'

@@ -10,7 +10,7 @@ Modules (each docstring says which notebooks use it and what it assumes):
     landmarks      compile-path stages checked on a recording (01)
     compile_tools  bytecode and guard capture, AOTAutograd graphs, timing (02, 03)
     collectives    workers for process groups and collectives (04)
-    allreduce      naive, master and ring all-reduce, byte accounting, ring simulation (05)
+    allreduce      naive, master, ring and pipelined ring all-reduce, bytes, simulations (05)
     ddp            DDP workers: broadcast, buffers, buckets, comm hooks, no_sync (06, 08)
     syncbn         a CPU SyncBatchNorm and its converter (07, train_ddp)
     train_ddp      `python -m helpers.train_ddp`: the torchrun-able DDP training script (09)
