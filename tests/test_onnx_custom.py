@@ -118,6 +118,23 @@ def test_function_body_makes_custom_domain_run(legacy_custom_domain) -> None:
     _assert_matches_asinh(with_body)
 
 
+def test_legacy_export_custom_opsets_version_and_names() -> None:
+    """custom_opsets sets the domain's version; extra keywords (input_names) reach the exporter."""
+    with oc.registered_symbolic("aten::asinh", oc.asinh_symbolic_custom_domain, 9):
+        model_proto = oc.legacy_export(
+            oc.AsinhModel(),
+            (X,),
+            custom_opsets={oc.CUSTOM_DOMAIN: 2},
+            input_names=["x"],
+            output_names=["y"],
+        )
+    versions = {o.domain: o.version for o in model_proto.opset_import}
+    assert versions == {"": 17, oc.CUSTOM_DOMAIN: 2}
+    assert [i.name for i in model_proto.graph.input] == ["x"]
+    assert [o.name for o in model_proto.graph.output] == ["y"]
+    _assert_matches_asinh(oc.attach_function_body(model_proto))
+
+
 def test_autograd_function_forward_backward_and_old_export() -> None:
     x = X.double().requires_grad_()
     assert torch.autograd.gradcheck(oc.AsinhFunction.apply, (x,))
@@ -185,6 +202,7 @@ def test_then_vs_now_probes() -> None:
     assert not oc.api_present("torch.onnx.OnnxRegistry")
     assert oc.api_present("export(custom_translation_table=)")
     assert not oc.api_present("export(fallback=)")
+    assert oc.api_present("torch.onnx.ONNXProgram.apply_weights")  # enable_fake_mode's row
     with pytest.raises(ValueError, match="not a dotted name"):
         oc.api_present("helper")
     rows = oc.then_vs_now_rows()

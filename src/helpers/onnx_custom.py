@@ -189,12 +189,15 @@ def legacy_export(
     *,
     opset_version: int = 17,
     custom_opsets: dict[str, int] | None = None,
+    **kwargs: Any,
 ) -> onnx.ModelProto:
     """Export with the TorchScript exporter (`dynamo=False`), quietly; return the ModelProto.
 
+    Other keyword arguments (`input_names`, `output_names`, ...) go to `torch.onnx.export`.
     What its C++ side wrote to descriptor 2 is kept for `native_warnings()`.
     """
-    kwargs = {"custom_opsets": custom_opsets} if custom_opsets else {}
+    if custom_opsets:
+        kwargs["custom_opsets"] = custom_opsets
     _NATIVE_LINES.clear()
     with _fd1_silenced(), _fd2_captured(_NATIVE_LINES):
         return export_onnx(model, args, dynamo=False, opset_version=opset_version, **kwargs)
@@ -573,8 +576,8 @@ THEN_VS_NOW: list[tuple[str, str, str, str, str]] = [
         "torch.onnx.enable_fake_mode",
         "torch.onnx.enable_fake_mode",
         "gone",
-        "register_fake + torch.export",
-        "torch.library.register_fake",
+        "ONNXProgram.apply_weights(state_dict)",
+        "torch.onnx.ONNXProgram.apply_weights",
     ),
     (
         "torch.onnx.symbolic_opset11",
