@@ -1,8 +1,8 @@
 """DDP under torch.compile (DDPOptimizer's graph split) and the profiler's view of overlap.
 
 Used by: notebook 14. Workers run under `helpers.launch` (gloo on CPU; NCCL with rank r on
-cuda:r when GPUs are visible: designed for, untested here). Compiles use backend="aot_eager"
-(no Inductor code generation). Workers return plain Python data, never tensors.
+cuda:r when launch finds one GPU per rank: designed for, untested here). Compiles use
+backend="aot_eager" (no Inductor code generation). Workers return plain Python data, not tensors.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from helpers.launch import current_device
 
 __all__ = [
     "WIDTH",
@@ -37,11 +39,6 @@ __all__ = [
 ]
 
 WIDTH, DEPTH = 512, 6  # six 512x512 layers: 1 MiB of fp32 weights each, about 6 MiB in all
-
-
-def device_for(rank: int) -> torch.device:
-    """cuda:rank when GPUs are visible (NCCL), else the CPU (gloo)."""
-    return torch.device(f"cuda:{rank}") if torch.cuda.is_available() else torch.device("cpu")
 
 
 class Net(nn.Module):
@@ -125,7 +122,7 @@ def compile_worker(
     """
     from torch._dynamo.backends.debugging import aot_eager
 
-    device = device_for(rank)
+    device = current_device()  # cuda:rank under NCCL (launch chose it), else the CPU
     log: list[dict[str, Any]] = []
     original = _record_ddp_optimizer(log)
     results = []
@@ -263,7 +260,7 @@ def profile_worker(
     """
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    device = device_for(rank)
+    device = current_device()  # cuda:rank under NCCL (launch chose it), else the CPU
     ddp = DDP(make_model().to(device), bucket_cap_mb=2)
     calls: list[int] = []
     ddp.register_comm_hook(calls, _counting_allreduce)
