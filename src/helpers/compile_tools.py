@@ -6,7 +6,8 @@ every tensor here is created on the CPU, so a GPU on the machine is simply not u
 
 - `capture_bytecode()` records the original and the transformed code object of every frame
   Dynamo converts, through Dynamo's own hook (`convert_frame.register_bytecode_hook`);
-  `dis_text` prints either one without offsets, line numbers or uuids.
+  `dis_text` prints either one without offsets, line numbers, uuids or Dynamo's name counters
+  (`mask_unique_ids`).
 - `capture_compile_logs(guards=True, ...)` turns on `torch._logging` artifacts, takes their
   records in-process instead of letting them reach stderr, and returns them sanitized (no
   timestamps, pids, cell file names, object ids, addresses, latencies).
@@ -38,6 +39,7 @@ __all__ = [
     "CapturedCode",
     "capture_bytecode",
     "dis_text",
+    "mask_unique_ids",
     "CompileLog",
     "capture_compile_logs",
     "sanitize_log",
@@ -57,6 +59,10 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 # Dynamo names its compiled functions `__compiled_fn_1_<uuid with underscores>`.
 _UUID = re.compile(r"_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}")
+
+# Dynamo's `unique_id(name)` appends a process-wide counter: `__compiled_fn_26`,
+# `__builtins_dict___25`, `__resume_at_76_27` (76 is a bytecode offset, kept).
+_UNIQUE_ID = re.compile(r"\b(__[A-Za-z]\w*?)_\d+\b")
 
 
 # --------------------------------------------------------------------------------------------
@@ -94,15 +100,26 @@ def capture_bytecode() -> Iterator[list[CapturedCode]]:
         handle.remove()
 
 
+def mask_unique_ids(text: str) -> str:
+    """Replace the counter Dynamo's `unique_id` appends to a global's name with `N`.
+
+    `__compiled_fn_26` -> `__compiled_fn_N`, `__resume_at_76_27` -> `__resume_at_76_N`; the
+    uuid after a `__compiled_fn_` counter is dropped first. The counter grows with every
+    compile in the process, so a cell run twice in one kernel would print other numbers.
+    """
+    return _UNIQUE_ID.sub(r"\1_N", _UUID.sub("", text))
+
+
 def dis_text(code: types.CodeType, *, width: int = 22) -> str:
     """Instructions of `code`, one per line as `OPNAME  argument`, stable across runs.
 
-    Offsets and source line numbers are left out (they move with any edit), and the uuid
-    Dynamo appends to `__compiled_fn_N` is dropped. Jump targets still name offsets.
+    Offsets and source line numbers are left out (they move with any edit), and the counter
+    and uuid Dynamo appends to `__compiled_fn_` are masked (`mask_unique_ids`): the call reads
+    `__compiled_fn_N`. Jump targets still name offsets.
     """
     lines = []
     for ins in dis.get_instructions(code):
-        arg = _UUID.sub("", ins.argrepr)
+        arg = mask_unique_ids(ins.argrepr)
         lines.append(f"{ins.opname:<{width}}{arg}".rstrip())
     return "\n".join(lines)
 
