@@ -260,6 +260,9 @@ def test_cost_worker_counts_two_collectives_per_layer(cost):
         assert all(len(t) == 2 and min(t) > 0 for t in r["times"].values()), r["times"]
     assert cost[0]["running_mean"]["sync"] == cost[1]["running_mean"]["sync"]
     assert cost[0]["running_mean"]["plain"] != cost[1]["running_mean"]["plain"]
+    # DDP broadcasts rank 0's buffers before the next forward; eval mode keeps them
+    after_eval = [r["plain_after_eval_forward"] for r in cost]
+    assert after_eval[0] == after_eval[1] == cost[0]["running_mean"]["plain"], after_eval
 
 
 def test_count_collectives_sees_nothing_without_collectives():

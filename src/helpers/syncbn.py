@@ -628,7 +628,10 @@ def syncbn_cost_worker(
     otherwise. The two models alternate step by step (which goes first alternates too), so both
     see the same machine load. Returns per model the step times in seconds (after 2 warm-up
     steps), the collectives of one extra, untimed step, and the first BN layer's running mean
-    after the last step (plain BN: each rank's own; synchronised: the global batch's).
+    after the last step (plain BN: rank 0's buffers as broadcast by DDP at that step's forward,
+    then updated from this rank's batch; synchronised: the global batch's). For plain BN it also
+    returns that running mean after one more forward in eval mode (`plain_after_eval_forward`):
+    DDP broadcasts rank 0's buffers before it and eval mode leaves them unchanged.
     """
     import time
 
@@ -675,4 +678,12 @@ def syncbn_cost_worker(
         k: next(b for n, b in m.named_buffers() if n.endswith("running_mean")).cpu().tolist()
         for k, m in models.items()
     }
+    ddps["plain"].eval()
+    with torch.no_grad():
+        ddps["plain"](x)  # the previous forward had grads: DDP broadcasts buffers first
+    out["plain_after_eval_forward"] = (
+        next(b for n, b in models["plain"].named_buffers() if n.endswith("running_mean"))
+        .cpu()
+        .tolist()
+    )
     return out
