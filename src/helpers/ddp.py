@@ -666,7 +666,7 @@ def amp_worker(rank: int, world_size: int) -> dict[str, Any]:
     before = _flat_params(model)
     x16 = x.clone()
     if rank == 1:
-        x16[0, 0] = 1e6  # 1e6 * weight overflows fp16 (max 65504) on this rank only
+        x16[0, 0] = 1e6  # > fp16's max 65504: inf once autocast casts it (this rank only)
     out["scale_before"] = scaler.get_scale()
     loss = scaled_step(ddp, optimizer, scaler, x16, y)
     out["local_loss_finite"] = bool(torch.isfinite(loss))
