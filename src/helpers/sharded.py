@@ -1,9 +1,9 @@
 """Sharded data parallelism: ZeRO stages 1 and 2 from scratch, FSDP2, and their memory.
 
-Used by: notebook 13. Workers run under `helpers.launch` (gloo on CPU, NCCL with one GPU per
-rank: tensors go to `device_for(rank)`). Every rank trains the same small MLP on its own batches
-with AdamW; the workers return plain Python data (final parameters, byte counts, collective
-counts), never tensors.
+Used by: notebook 13. Workers run under `helpers.launch` (gloo on CPU; NCCL with one GPU per
+rank when launch picks it, as designed and not yet run: tensors go to `current_device()`). Every
+rank trains the same small MLP on its own batches with AdamW; the workers return plain Python data
+(final parameters, byte counts, collective counts), never tensors.
 
 What "from scratch" means here: every parameter is flattened, padded to a multiple of the world
 size N and cut into N equal shards; rank r owns shard r. `ZeroAdamW` keeps AdamW's state only for
@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from helpers.launch import current_device
+
 __all__ = [
     "make_model",
     "batch",
@@ -34,11 +36,6 @@ __all__ = [
 
 LR = 1e-2
 IN_FEATURES, HIDDEN, OUT_FEATURES = 10, 30, 6  # odd sizes: shards need padding at N = 4
-
-
-def device_for(rank: int) -> torch.device:
-    """cuda:rank when GPUs are visible (NCCL), else the CPU (gloo)."""
-    return torch.device(f"cuda:{rank}") if torch.cuda.is_available() else torch.device("cpu")
 
 
 def make_model(seed: int = 0) -> nn.Sequential:
@@ -163,7 +160,7 @@ def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:
     """Train `steps` steps under `scheme`; bytes measured after the first backward and step."""
     from torch.distributed.tensor.debug import CommDebugMode
 
-    device = device_for(rank)
+    device = current_device()  # cuda:<rank> when launch chose NCCL, else the CPU
     model = make_model().to(device)
     if scheme == "ddp":
         model = nn.parallel.DistributedDataParallel(model)
