@@ -20,6 +20,7 @@ Modules (each docstring says which notebooks use it and what it assumes):
     onnx_custom    custom operators for both exporters (11)
     board_op       a C++ upsample operator (csrc/) carried to ONNX Runtime, Resize semantics (12)
     sharded        ZeRO stages 1 and 2 from scratch, FSDP2, bytes per rank (13)
+    ddp_compile    DDPOptimizer subgraphs, compiled autograd, profiler traces of DDP steps (14)
 """
 
 __version__ = "0.1.0"
