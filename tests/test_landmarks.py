@@ -63,6 +63,13 @@ FAKE_PATH = [
 ]
 
 
+def test_ten_distinct_stages() -> None:
+    # notebook 01's prose says "the ten landmark stages": the count lives here, not in a cell
+    stages = [lm.stage for lm in LANDMARKS]
+    assert len(stages) == 10, f"expected ten landmark stages, found {len(stages)}: {stages}"
+    assert len(set(stages)) == len(stages), f"expected distinct stage names, found {stages}"
+
+
 def test_fake_recording_missing_stage_names_it() -> None:
     assert len(check_landmarks(FAKE_PATH)) == len(LANDMARKS)
     renamed = [n.replace("GraphLowering.run", "GraphLowering.lower") for n in FAKE_PATH]
