@@ -40,9 +40,16 @@ RANDOM = ["--dropout", "0.2", "--augment", "--workers", "2"]
 
 
 def _train(out_dir: Path, *extra: str, env: dict | None = None, **kwargs):
-    """Run the training script under torchrun (through helpers.torchrun) on this machine."""
+    """Run the training script under torchrun (through helpers.torchrun) on this machine.
+
+    A run takes 5-25 s here; one that hangs is stopped after 180 s and its whole log (agent and
+    every worker) is printed, so the failure report shows where each process was."""
     args = ["-m", "helpers.train_ddp", "--out-dir", str(out_dir), "--device", "cpu", *extra]
-    return run_torchrun(args, timeout_s=300, env={**LOOPBACK, **(env or {})}, **kwargs)
+    try:
+        return run_torchrun(args, timeout_s=180, env={**LOOPBACK, **(env or {})}, **kwargs)
+    except TorchrunTimeout as err:
+        print(err.result.log)  # pytest shows captured stdout with the failure
+        raise
 
 
 def _history(out_dir: Path) -> list[dict]:
