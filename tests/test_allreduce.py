@@ -19,7 +19,6 @@ from helpers.allreduce import (
     busbw_gbps,
     chunk_bounds,
     expected_p2p,
-    installed_header_view,
     library_facts_worker,
     pipeline_timeline_text,
     pipelined_ring_allreduce,
@@ -390,15 +389,3 @@ def test_pipeline_timeline_text() -> None:
     assert lines[3] == "r0 add   ......222......111............"
     piped = pipeline_timeline_text(simulate_pipeline(3, 3)).splitlines()
     assert piped[1] == "r0 send  000000222222111111000000"  # the link never idles
-
-
-def test_installed_header_view() -> None:
-    relpath = "torch/csrc/distributed/c10d/ProcessGroupGlooDetail.hpp"
-    view = installed_header_view(relpath, r"gloo::allreduce\(opts\)", before=0, after=0)
-    assert view.code.strip() == "gloo::allreduce(opts);"
-    assert view.first_line == view.last_line and view.url.endswith(
-        f"#L{view.first_line}-L{view.first_line}"
-    )
-    assert torch.version.git_version in view.url
-    with pytest.raises(ValueError, match="not found in the installed"):
-        installed_header_view(relpath, r"no such line anywhere")

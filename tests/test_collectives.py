@@ -21,7 +21,6 @@ import pytest
 
 from helpers.collectives import (
     collectives_worker,
-    header_view,
     host_addresses,
     identity_worker,
     init_method_demo,
@@ -29,6 +28,7 @@ from helpers.collectives import (
 )
 from helpers.launch import launch
 from helpers.processes import LOOPBACK_IFNAME, child_env, is_loopback
+from helpers.source import header_view
 
 HERE = Path(__file__).resolve().parent
 NS_HOST, NS_ADDR = "nshost", "198.18.0.1"

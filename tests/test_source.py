@@ -97,3 +97,18 @@ def test_show_source_prints_outside_jupyter(capsys: pytest.CaptureFixture[str]) 
     assert "return torch._dynamo.optimize(" in out
     md = source_view(torch.compile, r"return torch\._dynamo")._repr_markdown_()
     assert "[permalink](https://github.com/pytorch/pytorch/blob/" in md and "```python" in md
+
+
+def test_header_view_shows_a_shipped_header_with_a_pinned_link() -> None:
+    import torch
+
+    from helpers.source import header_view
+
+    relpath = "torch/csrc/distributed/c10d/ProcessGroupGlooDetail.hpp"
+    view = header_view(relpath, r"gloo::allreduce\(opts\)", before=0, after=0)
+    assert view.code.strip() == "gloo::allreduce(opts);"
+    assert view.first_line == view.last_line
+    assert view.url.endswith(f"#L{view.first_line}-L{view.first_line}")
+    assert torch.version.git_version in view.url
+    with pytest.raises(ValueError, match="not found in .* of the installed torch"):
+        header_view(relpath, r"no such line anywhere")

@@ -40,20 +40,17 @@ import contextlib
 import functools
 import hashlib
 import html
-import re
 import statistics
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from helpers.launch import current_device
-from helpers.source import SourceView, permalink
 
 __all__ = [
     "ALGORITHMS",
@@ -86,7 +83,6 @@ __all__ = [
     "timing_worker",
     "profile_worker",
     "busbw_gbps",
-    "installed_header_view",
     "unchecked_mismatch_worker",
 ]
 
@@ -557,30 +553,6 @@ def busbw_gbps(nbytes: float, seconds: float, world_size: int) -> float:
     nccl-tests' doc/PERFORMANCE.md (github.com/NVIDIA/nccl-tests)."""
     algbw = nbytes / seconds / 1e9
     return algbw * 2 * (world_size - 1) / world_size
-
-
-def installed_header_view(
-    relpath: str, pattern: str, before: int = 2, after: int = 12
-) -> SourceView:
-    """Lines of a C++ header that ships inside the torch wheel (`torch/include/<relpath>`) around
-    the first match of `pattern`, as a `helpers.source.SourceView` with a permalink pinned to
-    the installed torch (the headers are copies of `<relpath>` in the pytorch repository)."""
-    path = Path(torch.__file__).parent / "include" / relpath
-    lines = path.read_text().splitlines()
-    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
-    if not hits:
-        raise ValueError(f"pattern {pattern!r} not found in the installed {relpath}")
-    first, last = max(hits[0] - before, 0), min(hits[0] + after, len(lines) - 1)
-    return SourceView(
-        name=Path(relpath).name,
-        package="torch",
-        relpath=relpath,
-        first_line=first + 1,
-        last_line=last + 1,
-        code="\n".join(lines[first : last + 1]),
-        url=permalink(relpath, "torch", first + 1, last + 1),
-        excerpt=True,
-    )
 
 
 # --------------------------------------------------------------------------- ring simulation

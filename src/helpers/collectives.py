@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 import socket
-import textwrap
 from pathlib import Path
 
 import torch
@@ -21,14 +19,12 @@ import torch.distributed as dist
 
 from helpers.launch import current_device
 from helpers.processes import listening_sockets
-from helpers.source import SourceView, permalink
 
 __all__ = [
     "identity_worker",
     "collectives_worker",
     "init_method_demo",
     "host_addresses",
-    "header_view",
     "library_mentions",
 ]
 
@@ -124,30 +120,6 @@ def host_addresses(hostname: str | None = None) -> list[str]:
     except socket.gaierror:
         return []
     return sorted({info[4][0] for info in infos})
-
-
-def header_view(relpath: str, pattern: str, before: int = 2, after: int = 6) -> SourceView:
-    """Lines around `pattern` in a C++ header shipped inside the installed torch.
-
-    `relpath` is the path in the PyTorch repository (`torch/csrc/...`); the wheel keeps the
-    same file under `torch/include/`, so the permalink points at the lines shown.
-    """
-    path = Path(torch.__file__).parent / "include" / relpath
-    lines = path.read_text(encoding="utf-8").splitlines()
-    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
-    if not hits:
-        raise ValueError(f"pattern {pattern!r} not found in {relpath} of the installed torch")
-    first, last = max(hits[0] - before, 0), min(hits[0] + after + 1, len(lines))
-    return SourceView(
-        name=relpath.rsplit("/", 1)[-1],
-        package="torch",
-        relpath=relpath,
-        first_line=first + 1,
-        last_line=last,
-        code=textwrap.dedent("\n".join(lines[first:last])),
-        url=permalink(relpath, "torch", first + 1, last),
-        excerpt=True,
-    )
 
 
 def library_mentions(*names: str, library: str = "libtorch_cpu") -> dict[str, bool]:

@@ -28,6 +28,7 @@ __all__ = [
     "permalink",
     "resolve",
     "package_root",
+    "header_view",
 ]
 
 # package -> (repository, how to name the installed revision)
@@ -226,3 +227,30 @@ def show_source(obj: Any, pattern: str | None = None, **kwargs: Any) -> None:
     except ImportError:
         pass
     print(repr(view))
+
+
+def header_view(relpath: str, pattern: str, before: int = 2, after: int = 6) -> SourceView:
+    """Lines around the first match of `pattern` in a C++ header shipped inside the torch wheel.
+
+    `relpath` is the path in the PyTorch repository (`torch/csrc/...`); the wheel keeps the same
+    file under `torch/include/`, so the permalink points at the lines shown. A pattern that is
+    not found raises ValueError naming it.
+    """
+    import torch
+
+    path = Path(torch.__file__).parent / "include" / relpath
+    lines = path.read_text(encoding="utf-8").splitlines()
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    if not hits:
+        raise ValueError(f"pattern {pattern!r} not found in {relpath} of the installed torch")
+    first, last = max(hits[0] - before, 0), min(hits[0] + after + 1, len(lines))
+    return SourceView(
+        name=relpath.rsplit("/", 1)[-1],
+        package="torch",
+        relpath=relpath,
+        first_line=first + 1,
+        last_line=last,
+        code=textwrap.dedent("\n".join(lines[first:last])),
+        url=permalink(relpath, "torch", first + 1, last),
+        excerpt=True,
+    )
