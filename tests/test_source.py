@@ -110,5 +110,5 @@ def test_header_view_shows_a_shipped_header_with_a_pinned_link() -> None:
     assert view.first_line == view.last_line
     assert view.url.endswith(f"#L{view.first_line}-L{view.first_line}")
     assert torch.version.git_version in view.url
-    with pytest.raises(ValueError, match="not found in .* of the installed torch"):
+    with pytest.raises(ValueError, match="occurs 0 time"):
         header_view(relpath, r"no such line anywhere")

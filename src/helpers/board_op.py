@@ -152,30 +152,12 @@ def _register_python_parts() -> None:
 
 
 def cpp_source_view(pattern: str | None = None, *, before: int = 0, until: str | None = None):
-    """A SourceView of (part of) the C++ source, shown like installed Python source."""
-    import re
+    """A SourceView of (part of) the C++ source, from `pattern` to the first line matching
+    `until` after it (the whole file without a pattern)."""
+    from helpers.source import file_view
 
-    from helpers.source import SourceView
-
-    lines = SOURCE_PATH.read_text().splitlines()
-    first, last = 0, len(lines)
-    if pattern is not None:
-        hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
-        if not hits:
-            raise ValueError(f"pattern {pattern!r} not in {SOURCE_PATH.name}")
-        first = max(hits[0] - before, 0)
-        ends = [i for i in range(hits[0], len(lines)) if until and re.search(until, lines[i])]
-        last = ends[0] + 1 if ends else len(lines)
-    return SourceView(
-        name=SOURCE_PATH.name,
-        package="helpers",
-        relpath=f"src/helpers/csrc/{SOURCE_PATH.name}",
-        first_line=first + 1,
-        last_line=last,
-        code="\n".join(lines[first:last]),
-        url=None,
-        excerpt=pattern is not None,
-    )
+    relpath = f"src/helpers/csrc/{SOURCE_PATH.name}"
+    return file_view(SOURCE_PATH, relpath, "helpers", pattern, before=before, until=until)
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,8 +238,7 @@ def register_onnx_schemas() -> None:
     int_attr, str_attr = OpSchema.AttrType.INT, OpSchema.AttrType.STRING
     for s in (
         schema("BoardUpsample", CONTRIB_DOMAIN, {"scale": int_attr, "mode": str_attr}),
-        schema("UpsampleNearest", FUNCTION_DOMAIN, {"scale": int_attr}),
-        schema("UpsampleBilinear", FUNCTION_DOMAIN, {"scale": int_attr}),
+        *(schema(_op(mode), FUNCTION_DOMAIN, {"scale": int_attr}) for mode in MODES),
     ):
         if not onnx.defs.has(s.name, s.domain):
             onnx.defs.register_schema(s)
@@ -275,9 +256,7 @@ def _function_translation(x, scale: int, mode: str):
     """board::upsample -> com.example.board::Upsample{Nearest,Bilinear}, scale as attribute."""
     import onnxscript
 
-    board = onnxscript.values.Opset(FUNCTION_DOMAIN, 1)
-    op = board.UpsampleNearest if mode == "nearest" else board.UpsampleBilinear
-    return op(x, scale=scale)
+    return getattr(onnxscript.values.Opset(FUNCTION_DOMAIN, 1), _op(mode))(x, scale=scale)
 
 
 def translation_table(route: str) -> dict[Callable, Callable]:
@@ -315,9 +294,8 @@ def _board_function(mode: str, opset: int):
         helper.make_node("Concat", ["ones", "s1", "s1"], ["scales"], axis=0),  # [1, 1, s, s]
         helper.make_node("Resize", ["X", "", "scales"], ["Y"], **resize_attrs),
     ]
-    name = "UpsampleNearest" if mode == "nearest" else "UpsampleBilinear"
     return helper.make_function(
-        FUNCTION_DOMAIN, name, ["X"], ["Y"], body, [helper.make_opsetid("", opset)], ["scale"]
+        FUNCTION_DOMAIN, _op(mode), ["X"], ["Y"], body, [helper.make_opsetid("", opset)], ["scale"]
     )
 
 
@@ -334,6 +312,7 @@ def export_board_model(model: Any, x: Any, route: str):
 
 
 def _op(mode: str) -> str:
+    """The function-route op type for a mode: UpsampleNearest or UpsampleBilinear."""
     return "UpsampleNearest" if mode == "nearest" else "UpsampleBilinear"
 
 

@@ -215,8 +215,8 @@ def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:
 
 def sharding_worker(rank: int, world_size: int, schemes: list[str], steps: int = 3) -> list[dict]:
     """Train the same model under each scheme ("ddp", "zero1", "zero2", "fsdp2") in turn."""
-    numel = sum(p.numel() for p in make_model().parameters())
-    padded = sum(padded_numel(p.numel(), world_size) for p in make_model().parameters())
+    sizes = [p.numel() for p in make_model().parameters()]
+    numel, padded = sum(sizes), sum(padded_numel(k, world_size) for k in sizes)
     results = []
     for scheme in schemes:
         r = _train(scheme, rank, steps)

@@ -28,6 +28,7 @@ __all__ = [
     "permalink",
     "resolve",
     "package_root",
+    "file_view",
     "header_view",
 ]
 
@@ -153,6 +154,35 @@ def permalink(relpath: str, package: str, first: int, last: int) -> str | None:
     return f"{_REPOS[package][0]}/blob/{rev}/{relpath}#L{first}-L{last}"
 
 
+def _excerpt_bounds(
+    lines: list[str],
+    pattern: str | None,
+    before: int,
+    after: int,
+    until: str | None,
+    occurrence: int,
+    where: str,
+) -> tuple[int, int]:
+    """[first, last) line indices of an excerpt: all lines without `pattern`; else `before`
+    lines before its `occurrence`-th match to `after` lines after it, or to the first later line
+    matching `until`. A pattern that is not there raises ValueError naming it and `where`."""
+    if pattern is None:
+        return 0, len(lines)
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    if len(hits) < occurrence:
+        raise ValueError(
+            f"pattern {pattern!r} occurs {len(hits)} time(s) in {where}, occurrence "
+            f"{occurrence} was asked for: the installed source differs from what this cell expects"
+        )
+    hit = hits[occurrence - 1]
+    if until is None:
+        return max(hit - before, 0), min(hit + after + 1, len(lines))
+    ends = [i for i in range(hit + 1, len(lines)) if re.search(until, lines[i])]
+    if not ends:
+        raise ValueError(f"pattern {until!r} not found after {pattern!r} in {where}")
+    return max(hit - before, 0), ends[0] + 1
+
+
 def source_view(
     obj: Any,
     pattern: str | None = None,
@@ -182,24 +212,8 @@ def source_view(
     start = max(start, 1)  # modules report line 0
     name = _dotted_name(target)
     package, relpath = package_root(path)
-    first, last = 0, len(lines)
-    if pattern is not None:
-        hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
-        if len(hits) < occurrence:
-            raise ValueError(
-                f"pattern {pattern!r} occurs {len(hits)} time(s) in {name} "
-                f"({relpath}), occurrence {occurrence} was asked for: "
-                "the installed source differs from what this cell expects"
-            )
-        hit = hits[occurrence - 1]
-        first = max(hit - before, 0)
-        if until is not None:
-            ends = [i for i in range(hit + 1, len(lines)) if re.search(until, lines[i])]
-            if not ends:
-                raise ValueError(f"pattern {until!r} not found after {pattern!r} in {name}")
-            last = ends[0] + 1
-        else:
-            last = min(hit + after + 1, len(lines))
+    where = f"{name} ({relpath})"
+    first, last = _excerpt_bounds(lines, pattern, before, after, until, occurrence, where)
     code = textwrap.dedent("".join(lines[first:last])).rstrip("\n")
     first_line, last_line = start + first, start + last - 1
     return SourceView(
@@ -229,28 +243,42 @@ def show_source(obj: Any, pattern: str | None = None, **kwargs: Any) -> None:
     print(repr(view))
 
 
+def file_view(
+    path: str | Path,
+    relpath: str,
+    package: str,
+    pattern: str | None = None,
+    *,
+    before: int = 2,
+    after: int = 12,
+    until: str | None = None,
+) -> SourceView:
+    """A SourceView of (an excerpt of) a non-Python file: a C++ header in the wheel, our C++.
+
+    `relpath` is the file's path in its repository (the permalink's path); `package` picks the
+    revision as for `source_view` (no permalink for a package without a repository entry).
+    """
+    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    first, last = _excerpt_bounds(lines, pattern, before, after, until, 1, relpath)
+    return SourceView(
+        name=relpath.rsplit("/", 1)[-1],
+        package=package,
+        relpath=relpath,
+        first_line=first + 1,
+        last_line=last,
+        code=textwrap.dedent("".join(lines[first:last])).rstrip("\n"),
+        url=permalink(relpath, package, first + 1, last),
+        excerpt=pattern is not None,
+    )
+
+
 def header_view(relpath: str, pattern: str, before: int = 2, after: int = 6) -> SourceView:
     """Lines around the first match of `pattern` in a C++ header shipped inside the torch wheel.
 
     `relpath` is the path in the PyTorch repository (`torch/csrc/...`); the wheel keeps the same
-    file under `torch/include/`, so the permalink points at the lines shown. A pattern that is
-    not found raises ValueError naming it.
+    file under `torch/include/`, so the permalink points at the lines shown.
     """
     import torch
 
     path = Path(torch.__file__).parent / "include" / relpath
-    lines = path.read_text(encoding="utf-8").splitlines()
-    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
-    if not hits:
-        raise ValueError(f"pattern {pattern!r} not found in {relpath} of the installed torch")
-    first, last = max(hits[0] - before, 0), min(hits[0] + after + 1, len(lines))
-    return SourceView(
-        name=relpath.rsplit("/", 1)[-1],
-        package="torch",
-        relpath=relpath,
-        first_line=first + 1,
-        last_line=last,
-        code=textwrap.dedent("\n".join(lines[first:last])),
-        url=permalink(relpath, "torch", first + 1, last),
-        excerpt=True,
-    )
+    return file_view(path, relpath, "torch", pattern, before=before, after=after)
