@@ -1,0 +1,1 @@
+"""Worked solutions to the notebooks' exercises (see README.md)."""

@@ -1,0 +1,175 @@
+"""Exercises a reader can check: a starter cell, then a check cell that says "correct" or hints.
+
+Used by: the `## Exercises` section of every notebook; tests/test_exercises.py; solutions/.
+
+    # starter cell (the reader replaces the `...`)
+    answer = ...  # TODO: which rank sends chunk 2 at step 1?
+
+    # check cell
+    check("05.1", answer)      # prints "05.1 correct: ..." or "05.1 not yet: <a specific hint>"
+
+An exercise is a *judge*: a function that takes the reader's answer and returns the text to show
+when it is right, or raises `Hint("...")` naming what is wrong. Judges live in one module per
+notebook (`helpers.exercises.nb05`, ...), registered with `@exercise("05.1", "title")`; worked
+solutions live outside the notebooks, in `solutions/nb05.py` (`SOLUTIONS` and the typical wrong
+answers `WRONG` that the test suite feeds to every judge).
+
+Why it is built this way:
+- `check` never raises: a notebook ships with its starters untouched, and nbval re-executes it,
+  so the stored output of every check cell is the "not yet" hint for the starter.
+- Answers that are functions are called by the judge, and whatever they raise becomes a hint
+  naming the exception (a student's bug is feedback, not a crashed cell).
+- Exercises that need several ranks run the reader's function through `launch` like the rest of
+  the notebook. A function typed in a notebook lives in `__main__`, which spawned workers cannot
+  import, so `launch_source` writes its source to a module in a temporary folder and the workers
+  import it from there (`inspect.getsource` reads notebook cells too).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Hint", "exercise", "check", "judge", "exercises", "launch_source", "NOT_STARTED"]
+
+#: What `check` says about an untouched starter (an answer that is still `...`).
+NOT_STARTED = "replace the `...` in the starter cell above with your answer, then run this cell"
+
+
+class Hint(Exception):
+    """Raised by a judge: the answer is not right yet; the message says what to look at."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    key: str
+    title: str
+    judge: Callable[[Any], str]
+
+
+_REGISTRY: dict[str, Exercise] = {}
+
+
+def exercise(key: str, title: str) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
+    """Register `fn(answer) -> explanation` (raising `Hint`) as the judge of exercise `key`."""
+
+    def register(fn: Callable[[Any], str]) -> Callable[[Any], str]:
+        if key in _REGISTRY and _REGISTRY[key].judge is not fn:
+            raise ValueError(f"exercise {key!r} is registered twice")
+        _REGISTRY[key] = Exercise(key, title, fn)
+        return fn
+
+    return register
+
+
+def _load(key: str) -> Exercise:
+    module = f"helpers.exercises.nb{key.split('.')[0]}"
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+    if key not in _REGISTRY:
+        raise KeyError(f"no exercise {key!r} (looked in {module})")
+    return _REGISTRY[key]
+
+
+def exercises(notebook: str) -> dict[str, Exercise]:
+    """Every exercise of notebook `notebook` ("05"), by key."""
+    importlib.import_module(f"helpers.exercises.nb{notebook}")
+    return {k: e for k, e in sorted(_REGISTRY.items()) if k.split(".")[0] == notebook}
+
+
+def _empty_function(fn: Any) -> bool:
+    """True for a starter like `def f(rank, world_size): ...  # TODO` (docstring allowed)."""
+    if not inspect.isfunction(fn):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    body = tree.body[0].body if tree.body and hasattr(tree.body[0], "body") else []
+    consts = [
+        s.value.value for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+    ]
+    return len(consts) == len(body) and Ellipsis in consts
+
+
+def _untouched(answer: Any) -> bool:
+    """The starter's `...` is still there: a bare `...`, inside a container, or a function body."""
+    if answer is Ellipsis or _empty_function(answer):
+        return True
+    if isinstance(answer, (list, tuple, set)):
+        return any(_untouched(a) for a in answer)
+    if isinstance(answer, dict):
+        return any(_untouched(a) for a in answer.values())
+    return False
+
+
+def judge(key: str, answer: Any) -> tuple[bool, str]:
+    """(correct, message) for `answer` to exercise `key`; what `check` prints, for tests."""
+    ex = _load(key)
+    if _untouched(answer):
+        return False, NOT_STARTED
+    try:
+        return True, ex.judge(answer)
+    except Hint as hint:
+        return False, str(hint)
+    except Exception as e:  # the reader's function raised: that is feedback too
+        return False, f"your code raised {type(e).__name__}: {e}"
+
+
+def check(key: str, answer: Any) -> None:
+    """Print "KEY correct: why" or "KEY not yet: hint" for the reader's `answer`; never raises."""
+    ok, message = judge(key, answer)
+    print(f"{key} {'correct' if ok else 'not yet'}: {message}")
+
+
+# --- several ranks ------------------------------------------------------------------------------
+
+
+def _run_source(rank: int, world_size: int, path: str, name: str, *args: Any) -> Any:
+    """Worker: import the module written by `launch_source` and call its function `name`."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name)(rank, world_size, *args)
+
+
+_PRELUDE = """\
+import torch
+import torch.distributed as dist
+"""
+
+
+def launch_source(
+    fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), **launch_kwargs: Any
+) -> Any:
+    """Run `fn(rank, world_size, *args)` on `world_size` ranks even if `fn` was typed in a notebook.
+
+    The function's own source (plus `import torch` and `import torch.distributed as dist`) is
+    written to a module in a temporary folder that the workers import; it may use only those
+    names, its arguments and what it imports itself. Returns what `helpers.launch.launch` returns.
+    """
+    from helpers.launch import launch
+
+    source = textwrap.dedent(inspect.getsource(fn))
+    with tempfile.TemporaryDirectory(prefix="exercise-") as tmp:
+        path = Path(tmp) / f"student_{fn.__name__}.py"
+        path.write_text(_PRELUDE + "\n\n" + source)
+        return launch(
+            _run_source,
+            world_size=world_size,
+            args=(str(path), fn.__name__, *args),
+            **launch_kwargs,
+        )

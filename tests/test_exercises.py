@@ -1,0 +1,113 @@
+"""Every notebook's exercises, both directions: solutions pass, starters and typical mistakes fail.
+
+A notebook's exercises are its `check("NN.k", ...)` cells (helpers.exercises). For each:
+- the judge is registered (helpers.exercises.nbNN) and a worked solution exists
+  (solutions/nbNN.py `SOLUTIONS`) and passes it;
+- the notebook ships with the starter untouched: the check cell's stored output (which strict
+  nbval re-creates on every run) says "not yet";
+- every typical wrong answer in `WRONG` fails with a hint containing the words listed for it,
+  and there is at least one per exercise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers import exercises as ex
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CHECK = re.compile(r"""^check\(\s*["'](\d\d\.\d+)["']""", re.M)
+
+
+def _check_cells(path: Path) -> dict[str, str]:
+    """key -> the stored stdout of the cell that checks it."""
+    found = {}
+    for cell in nbformat.read(path, 4).cells:
+        if cell.cell_type != "code":
+            continue
+        for key in CHECK.findall(cell.source):
+            found[key] = "".join(o.get("text", "") for o in cell.get("outputs", []))
+    return found
+
+
+def _cases() -> list[tuple[str, str]]:
+    return [(p.name, key) for p in NOTEBOOKS for key in _check_cells(p)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_every_notebook_has_three_checked_exercises(path: Path) -> None:
+    keys = sorted(_check_cells(path))
+    nn = path.name[:2]
+    assert len(keys) >= 3, f"{path.name}: expected at least 3 check cells, found {keys}"
+    assert all(k.startswith(nn + ".") for k in keys), f"{path.name}: keys {keys} not {nn}.*"
+    registered = sorted(ex.exercises(nn))
+    assert registered == keys, f"{path.name}: checked {keys}, registered {registered}"
+
+
+@pytest.mark.parametrize("name,key", _cases())
+def test_exercise_both_directions(name: str, key: str) -> None:
+    nn = key.split(".")[0]
+    stored = _check_cells(ROOT / "notebooks" / name)[key]
+    assert stored.startswith(f"{key} not yet:"), (
+        f"{name}: the check cell of {key} must show the untouched starter failing: {stored!r}"
+    )
+    sol = importlib.import_module(f"solutions.nb{nn}")
+    assert key in sol.SOLUTIONS, f"solutions/nb{nn}.py has no solution for {key}"
+    ok, message = ex.judge(key, sol.SOLUTIONS[key])
+    assert ok, f"the worked solution of {key} fails its own check: {message}"
+    assert ex.judge(key, ...) == (False, ex.NOT_STARTED)
+    wrong = sol.WRONG.get(key, [])
+    assert wrong, f"solutions/nb{nn}.py lists no typical wrong answer for {key}"
+    for answer, words in wrong:
+        ok, hint = ex.judge(key, answer)
+        assert not ok, f"{key}: the wrong answer {answer!r} passed the check"
+        assert words.lower() in hint.lower(), (
+            f"{key}: hint for {answer!r} is {hint!r}, lacks {words!r}"
+        )
+        assert hint != ex.NOT_STARTED, f"{key}: a wrong answer got the generic starter message"
+
+
+def test_check_never_raises_and_names_the_exception(capsys: pytest.CaptureFixture) -> None:
+    @ex.exercise("99.1", "a test exercise")
+    def _judge(answer):
+        if answer() != 42:
+            raise ex.Hint("the answer is a number between 40 and 45")
+        return "42"
+
+    ex.check("99.1", ...)
+    ex.check("99.1", lambda: 41)
+    ex.check("99.1", lambda: 1 / 0)
+    ex.check("99.1", lambda: 42)
+
+    def starter():
+        """Return the answer."""
+        ...  # TODO
+
+    ex.check("99.1", starter)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"99.1 not yet: {ex.NOT_STARTED}",
+        "99.1 not yet: the answer is a number between 40 and 45",
+        "99.1 not yet: your code raised ZeroDivisionError: division by zero",
+        "99.1 correct: 42",
+        f"99.1 not yet: {ex.NOT_STARTED}",
+    ]
+
+
+def _student_worker(rank, world_size, value):
+    t = torch.tensor([float(value + rank)])  # noqa: F821
+    dist.all_reduce(t)  # noqa: F821
+    return t.item()
+
+
+def test_launch_source_runs_a_function_the_workers_cannot_import() -> None:
+    # _student_worker uses `torch` and `dist` without importing them here: launch_source's
+    # prelude provides them, as it does for a function typed in a notebook.
+    result = ex.launch_source(_student_worker, world_size=2, args=(1,))
+    assert list(result) == [3.0, 3.0], f"expected the all-reduced sum on both ranks, found {result}"
