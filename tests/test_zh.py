@@ -1,0 +1,140 @@
+"""The Chinese edition cannot drift from the English one (tools/zh.py, locale/zh, docs/glossary.md).
+
+- sync: every English notebook has a Chinese twin whose code cells, outputs, cell ids and
+  metadata are identical cell by cell, and whose markdown is exactly what the catalogs say
+  (so the twin is generated, never hand-edited, and strict nbval of the English notebook covers
+  the Chinese one: nbval does not collect notebooks/zh);
+- staleness: every English markdown cell has a current, non-fuzzy translation (the message
+  names the notebook and the cell), and no translation is left without its cell;
+- fidelity: a translation keeps the English cell's code spans, links and headings level;
+- glossary: a notebook whose English prose uses a glossary term uses the term's chosen Chinese
+  form, and no Chinese notebook uses a form the glossary rejects.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("zh_tool", ROOT / "tools" / "zh.py")
+zh = importlib.util.module_from_spec(_spec)
+sys.modules["zh_tool"] = zh  # dataclasses look their module up
+_spec.loader.exec_module(zh)
+
+NOTEBOOKS = zh.notebooks()
+IDS = [p.name[:2] for p in NOTEBOOKS]
+CJK = re.compile(r"[\u4e00-\u9fff]")
+CODE_SPAN = re.compile(r"`[^`\n]+`")
+LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
+# Proper names whose words are also glossary terms ("ONNX Runtime" is not a runtime here).
+PROPER_NAMES = re.compile(r"ONNX Runtime|Jupyter kernel|kernel_name|Summary of")
+
+
+def _glossary() -> list[tuple[list[str], str, list[str]]]:
+    rows = []
+    text = (ROOT / "docs" / "glossary.md").read_text()
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) < 3 or cells[0] in ("English", "---"):
+            continue
+        english = [e.strip() for e in cells[0].split("/") if e.strip()]
+        rejected = [r.strip() for r in re.split(r"[、,]", cells[2]) if r.strip()]
+        rows.append((english, cells[1], rejected))
+    return rows
+
+
+def _prose(text: str) -> str:
+    """Markdown without code spans, link targets and HTML tags: the words a reader reads."""
+    text = CODE_SPAN.sub(" ", text)
+    text = LINK_TARGET.sub("]", text)
+    return re.sub(r"<[^>]+>", " ", text)
+
+
+def _markdown(nb) -> str:
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+def test_glossary_has_about_eighty_terms() -> None:
+    rows = _glossary()
+    assert len(rows) >= 80, f"docs/glossary.md: expected about 80 terms, found {len(rows)}"
+    chosen = [r[1] for r in rows]
+    rejected = {v for r in rows for v in r[2]}
+    assert not rejected & set(chosen), f"a chosen form is also rejected: {rejected & set(chosen)}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_translation_is_current(path: Path) -> None:
+    problems = [str(p) for p in zh.problems(path)]
+    assert not problems, (
+        f"{len(problems)} cell(s) of {path.name} need translating (edit locale/zh/{path.stem}.po, "
+        "then `make zh`):\n" + "\n".join(problems)
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_chinese_notebook_is_generated_and_in_sync(path: Path) -> None:
+    twin = zh.ZH / path.name
+    assert twin.exists(), f"{twin.relative_to(ROOT)} is missing: run `make zh`"
+    en, cn = nbformat.read(path, 4), nbformat.read(twin, 4)
+    assert len(en.cells) == len(cn.cells), (
+        f"{twin.name}: {len(cn.cells)} cells, English {len(en.cells)}"
+    )
+    for e, c in zip(en.cells, cn.cells, strict=True):
+        where = f"{twin.name} cell {e.id}"
+        assert (c.id, c.cell_type) == (e.id, e.cell_type), f"{where}: id/type {c.id}/{c.cell_type}"
+        assert c.metadata == e.metadata, f"{where}: metadata differs from the English cell"
+        if e.cell_type == "code":
+            assert c.source == e.source, f"{where}: code differs from the English cell"
+            assert c.outputs == e.outputs, f"{where}: outputs differ from the English cell"
+            assert c.execution_count == e.execution_count, f"{where}: execution count differs"
+    expected = zh.translated(path)
+    assert cn == expected, f"{twin.name} differs from what the catalogs generate: run `make zh`"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_translations_keep_code_links_and_headings(path: Path) -> None:
+    nb = nbformat.read(path, 4)
+    entries = {e.msgctxt: e for e in zh.load_catalog(path)}
+    for cell in zh.markdown_cells(nb):
+        entry = entries.get(zh.context(cell))
+        if entry is None or not entry.msgstr:
+            continue  # test_translation_is_current names it
+        en, cn = cell.source, entry.msgstr
+        where = f"{path.name} cell {cell.id}"
+        missing = set(CODE_SPAN.findall(en)) - set(CODE_SPAN.findall(cn))
+        assert not missing, f"{where}: the translation drops code spans {sorted(missing)}"
+        links = sorted(LINK_TARGET.findall(en)), sorted(LINK_TARGET.findall(cn))
+        assert links[0] == links[1], f"{where}: link targets {links[1]}, English {links[0]}"
+        heads = [re.match(r"#+", ln).group() for ln in en.splitlines() if re.match(r"#+ ", ln)]
+        cheads = [re.match(r"#+", ln).group() for ln in cn.splitlines() if re.match(r"#+ ", ln)]
+        assert heads == cheads, f"{where}: heading levels {cheads}, English {heads}"
+        words = re.findall(r"[A-Za-z]{3,}", _prose(en))
+        if len(words) >= 3:
+            assert CJK.search(cn), f"{where}: the translation has no Chinese: {cn[:80]!r}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_glossary_terms_are_used_consistently(path: Path) -> None:
+    twin = zh.ZH / path.name
+    if not twin.exists():
+        pytest.fail(f"{twin.relative_to(ROOT)} is missing: run `make zh`")
+    english = PROPER_NAMES.sub(" ", _prose(_markdown(nbformat.read(path, 4))))
+    chinese = _prose(_markdown(nbformat.read(twin, 4)))
+    wrong, missing = [], []
+    for terms, chosen, rejected in _glossary():
+        wrong += [f"{v!r} (use {chosen!r})" for v in rejected if v in chinese]
+        if chosen in terms:
+            continue  # kept in English: nothing to look for
+        used = [
+            t for t in terms if re.search(rf"(?<![\w-]){re.escape(t)}s?(?![\w-])", english, re.I)
+        ]
+        if used and chosen not in chinese:
+            missing.append(f"{used[0]!r} -> {chosen!r}")
+    assert not wrong, f"{twin.name} uses rejected forms: {', '.join(wrong)}"
+    assert not missing, f"{twin.name}: English terms without their chosen Chinese form: {missing}"

@@ -1,0 +1,198 @@
+"""The Chinese edition: gettext catalogs keyed by cell id + source hash -> notebooks/zh/*.ipynb.
+
+    python tools/zh.py update     # sync locale/zh/*.po with the English notebooks
+    python tools/zh.py build      # write notebooks/zh/*.ipynb from the English notebooks + catalogs
+    python tools/zh.py status     # what is left to translate (exit 1 if anything)
+    (`make zh` runs update, then build, then status)
+
+One catalog per notebook, `locale/zh/NN_name.po`. Each markdown cell of the English notebook is one
+entry: `msgctxt` is `"<cell id>:<first 12 hex digits of sha256(source)>"`, `msgid` the English
+source, `msgstr` the Chinese. Code cells are never translated: the Chinese notebook is the English
+one with each markdown cell's text replaced, so code, outputs and cell ids are identical and the
+strict nbval run of the English notebooks covers both.
+
+When English prose changes, `update` gives the changed cell a new entry (new hash) marked
+`fuzzy`, with the old translation as its starting point and the old English kept as `#| msgid`,
+so a translator sees exactly what changed; the tests fail until the entry is translated and the
+flag removed. Entries whose cell is gone are dropped (gettext would keep them as `#~` obsolete).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import polib
+
+ROOT = Path(__file__).resolve().parents[1]
+EN = ROOT / "notebooks"
+ZH = EN / "zh"
+LOCALE = ROOT / "locale" / "zh"
+LANG = "zh_CN"
+
+
+def notebooks() -> list[Path]:
+    return sorted(EN.glob("[0-9][0-9]_*.ipynb"))
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def context(cell) -> str:
+    return f"{cell.id}:{source_hash(cell.source)}"
+
+
+def catalog_path(notebook: Path) -> Path:
+    return LOCALE / (notebook.stem + ".po")
+
+
+def load_catalog(notebook: Path) -> polib.POFile:
+    path = catalog_path(notebook)
+    if path.exists():
+        return polib.pofile(str(path), wrapwidth=0)
+    po = polib.POFile(wrapwidth=0)
+    po.metadata = {
+        "Project-Id-Version": "pytorch-source-reading",
+        "Language": LANG,
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+    }
+    return po
+
+
+def markdown_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "markdown"]
+
+
+def update(notebook: Path) -> polib.POFile:
+    """Bring one catalog in line with its notebook; returns it (written to disk)."""
+    nb = nbformat.read(notebook, 4)
+    old = load_catalog(notebook)
+    by_ctx = {e.msgctxt: e for e in old}
+    by_id: dict[str, polib.POEntry] = {}
+    for e in old:
+        by_id.setdefault(e.msgctxt.split(":")[0], e)
+    po = polib.POFile(wrapwidth=0)
+    po.metadata = old.metadata
+    for cell in markdown_cells(nb):
+        ctx = context(cell)
+        if ctx in by_ctx:
+            entry = by_ctx[ctx]
+        else:
+            entry = polib.POEntry(msgctxt=ctx, msgid=cell.source, msgstr="")
+            prev = by_id.get(cell.id)
+            if prev is not None and prev.msgstr:
+                entry.msgstr = prev.msgstr
+                entry.flags.append("fuzzy")
+                entry.previous_msgid = prev.previous_msgid or prev.msgid
+        entry.occurrences = [(f"{notebook.parent.name}/{notebook.name}", cell.id)]
+        po.append(entry)
+    path = catalog_path(notebook)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    po.save(str(path))
+    return po
+
+
+def translated(notebook: Path, po: polib.POFile | None = None):
+    """The Chinese notebook: the English one with every translated markdown cell replaced."""
+    nb = nbformat.read(notebook, 4)
+    po = po if po is not None else load_catalog(notebook)
+    entries = {e.msgctxt.split(":")[0]: e for e in po}
+    zh = copy.deepcopy(nb)
+    for cell in markdown_cells(zh):
+        entry = entries.get(cell.id)
+        if entry is not None and entry.msgstr:
+            cell.source = entry.msgstr
+    zh.metadata["language_info"] = dict(nb.metadata.get("language_info", {}))
+    zh.metadata["translation"] = {"language": "zh-CN", "source": f"../{notebook.name}"}
+    return zh
+
+
+def build(notebook: Path) -> Path:
+    out = ZH / notebook.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(translated(notebook), out)
+    return out
+
+
+def apply(notebook: str, translations: dict[str, str]) -> int:
+    """Set the Chinese text of cells (by English cell id) in one catalog; clears `fuzzy`.
+
+    `notebook` is a file name or prefix ("05"). Translators call this from a scratch script:
+    `apply("05", {"<cell id>": '''...中文...'''})`. Returns how many entries it set.
+    """
+    (path,) = [nb for nb in notebooks() if nb.name.startswith(notebook)]
+    po = update(path)
+    entries = {e.msgctxt.split(":")[0]: e for e in po}
+    unknown = sorted(set(translations) - set(entries))
+    if unknown:
+        raise KeyError(f"{path.name}: no markdown cell with id {unknown}")
+    for cell_id, text in translations.items():
+        entry = entries[cell_id]
+        entry.msgstr = text
+        if entry.fuzzy:
+            entry.flags.remove("fuzzy")
+        entry.previous_msgid = None
+    po.save(str(catalog_path(path)))
+    return len(translations)
+
+
+@dataclass
+class Problem:
+    notebook: str
+    cell: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.notebook} cell {self.cell}: {self.what}"
+
+
+def problems(notebook: Path) -> list[Problem]:
+    """Everything that keeps the Chinese notebook from matching the English one."""
+    nb = nbformat.read(notebook, 4)
+    po = load_catalog(notebook)
+    found: list[Problem] = []
+    ctxs = {e.msgctxt: e for e in po}
+    ids = {c.id for c in markdown_cells(nb)}
+    for cell in markdown_cells(nb):
+        first = cell.source.strip().splitlines()[0][:60] if cell.source.strip() else ""
+        entry = ctxs.get(context(cell))
+        if entry is None:
+            stale = any(e.msgctxt.split(":")[0] == cell.id for e in po)
+            what = "English changed since it was translated" if stale else "not translated"
+            found.append(Problem(notebook.name, cell.id, f"{what} ({first!r}); run `make zh`"))
+        elif not entry.msgstr:
+            found.append(Problem(notebook.name, cell.id, f"empty translation ({first!r})"))
+        elif entry.fuzzy:
+            found.append(Problem(notebook.name, cell.id, f"fuzzy: English changed ({first!r})"))
+    for e in po:
+        if e.msgctxt.split(":")[0] not in ids:
+            found.append(Problem(notebook.name, e.msgctxt, "translation has no cell"))
+    return found
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "all"
+    for notebook in notebooks():
+        if command in ("update", "all"):
+            update(notebook)
+        if command in ("build", "all"):
+            build(notebook)
+    if command in ("status", "all"):
+        left = [p for nb in notebooks() for p in problems(nb)]
+        for p in left:
+            print(p)
+        total = sum(len(markdown_cells(nbformat.read(nb, 4))) for nb in notebooks())
+        print(f"zh: {total - len(left)} of {total} markdown cells translated and current")
+        return 1 if left and command == "status" else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
