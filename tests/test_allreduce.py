@@ -25,6 +25,7 @@ from helpers.allreduce import (
     profile_worker,
     resolve_algorithm,
     ring_schedule,
+    ring_step_html,
     ring_step_text,
     ring_step_viewer,
     simulate_pipeline,
@@ -34,6 +35,7 @@ from helpers.allreduce import (
     unchecked_mismatch_worker,
 )
 from helpers.launch import WorkerError, launch
+from helpers.pictures import ring_svg
 
 DTYPE_OPS = [("float32", "SUM"), ("float32", "AVG"), ("float64", "SUM"), ("int64", "SUM")]
 ELEMENT_SIZE = {"float32": 4, "float64": 8, "int64": 8}
@@ -133,8 +135,11 @@ def test_ring_step_text_and_viewer() -> None:
     viewer = ring_step_viewer(sim)
     slider, view = viewer.children
     assert (slider.min, slider.max) == (0, 4) and first in view.value
-    slider.value = 4
-    assert view.value == "<pre>" + html.escape(last) + "</pre>"
+    assert "ring-step-slider" in slider._dom_classes and "ring-step-view" in view._dom_classes
+    assert 'class="ring-svg"' in view.value and 'data-step="0"' in view.value
+    slider.value = 4  # the picture and the text move together
+    assert view.value == ring_step_html(sim, 4)
+    assert html.escape(last) in view.value and ring_svg(sim, 4) in view.value
 
 
 @pytest.mark.parametrize("world_size", range(1, 7))

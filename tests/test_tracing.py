@@ -14,6 +14,7 @@ import torch._dynamo
 from compile_fixtures import ADDRESS, X, pointwise, shifted_cos
 
 from helpers.compile_tools import graph_ops
+from helpers.pictures import pipeline_svg
 from helpers.source import resolve
 from helpers.tracing import (
     Recording,
@@ -124,6 +125,13 @@ def test_step_text_is_pure_and_viewer_uses_it(eager_recording: Recording) -> Non
     viewer = step_viewer(rec, start=i)
     slider, html_view = viewer.children
     assert slider.max == len(rec) - 1 and "_compile" in html_view.value
+    assert "pipeline-step-view" in html_view._dom_classes
+    assert "pipeline-step-slider" in slider._dom_classes
+    assert pipeline_svg(rec, i) in html_view.value  # the picture of the same step
+    assert 'data-active-stage="Dynamo frame hook"' in html_view.value  # convert_frame
+    guards = rec.first("CheckFunctionManager.__init__").index
+    slider.value = guards
+    assert 'data-active-stage="guards"' in html_view.value
     slider.value = 0
     assert html.escape(rec[0].name) in html_view.value
 

@@ -74,6 +74,7 @@ __all__ = [
     "PipelineEvent",
     "simulate_pipeline",
     "pipeline_timeline_text",
+    "ring_step_html",
     "ring_step_text",
     "ring_step_viewer",
     "profile_ring",
@@ -668,15 +669,34 @@ def _values_label(values: tuple[_Number, ...]) -> str:
     return "[" + ", ".join(_fmt_number(v) for v in values) + "]"
 
 
+def ring_step_html(sim: RingSimulation, step: int) -> str:
+    """What `ring_step_viewer` shows at `step`: the picture (`helpers.pictures.ring_svg`) next to
+    the text (`ring_step_text`), in `<div class="ring-step" data-step="...">`."""
+    from helpers.pictures import ring_svg
+
+    return (
+        f'<div class="ring-step" data-step="{step}" style="display:flex;gap:1em;'
+        f'align-items:flex-start">{ring_svg(sim, step)}'
+        f'<pre class="ring-step-text">{html.escape(ring_step_text(sim, step))}</pre></div>'
+    )
+
+
 def ring_step_viewer(sim: RingSimulation) -> Any:
-    """An ipywidgets slider over the steps of `sim`; the text shown is `ring_step_text`."""
+    """An ipywidgets slider over the steps of `sim`, showing `ring_step_html` (picture + text).
+
+    DOM hooks for browser tests: the slider has class `ring-step-slider`, the HTML widget
+    `ring-step-view`; inside it `svg.ring-svg[data-step]` and one `g.transfer[data-chunk]` per
+    arrow change with the slider.
+    """
     import ipywidgets as widgets
 
     def render(step: int) -> str:
-        return f"<pre>{html.escape(ring_step_text(sim, step))}</pre>"
+        return ring_step_html(sim, step)
 
     slider = widgets.IntSlider(value=0, min=0, max=len(sim.steps) - 1, description="step")
+    slider.add_class("ring-step-slider")
     view = widgets.HTML(value=render(0))
+    view.add_class("ring-step-view")
     slider.observe(lambda change: setattr(view, "value", render(change["new"])), names="value")
     return widgets.VBox([slider, view])
 

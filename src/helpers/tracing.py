@@ -15,7 +15,8 @@ thread that start it or wait for it.
   already on disk may still be reused).
 - `step_text(recording, i)` (pure, printable), `step_source(recording, i)` (the data) and
   `step_viewer(recording)` (an ipywidgets slider) show one step: dotted name, location,
-  permalink and the first lines of its installed source.
+  permalink and the first lines of its installed source; the viewer also draws where the step
+  sits in the compile pipeline (`helpers.pictures.pipeline_svg`).
 - `RecordingBackend`: a `torch.compile` backend that keeps every FX `GraphModule` it receives;
   `op_counts` counts a graph's ops with `helpers.compile_tools.graph_ops`, named without memory
   addresses.
@@ -407,21 +408,33 @@ def _step_html(recording: Recording, i: int, lines: int) -> str:
     link = f'<a href="{html.escape(view.url)}" target="_blank">permalink</a>' if view else ""
     head, _, body = text.partition("\n\n")
     head = head.partition("\n")[2]  # the name is the title already
+    from helpers.pictures import pipeline_svg
+
     return (
-        f"<b><code>{html.escape(step.name)}</code></b> {link}"
-        f"<pre>{html.escape(head)}</pre><pre>{html.escape(body)}</pre>"
+        f'<div class="pipeline-step" data-step="{step.index}">'
+        f"{pipeline_svg(recording, step.index)}"
+        f"<div><b><code>{html.escape(step.name)}</code></b> {link}</div>"
+        f"<pre>{html.escape(head)}</pre><pre>{html.escape(body)}</pre></div>"
     )
 
 
 def step_viewer(recording: Recording, start: int = 0, lines: int = 15) -> Any:
-    """An ipywidgets slider over the steps; its content is `step_text` (as HTML)."""
+    """An ipywidgets slider over the steps; its content is `step_text` (as HTML) under the
+    pipeline diagram of `helpers.pictures.pipeline_svg` with the step's stage highlighted.
+
+    DOM hooks for browser tests: the slider has class `pipeline-step-slider`, the HTML widget
+    `pipeline-step-view`; inside it `svg.pipeline-svg[data-active-stage][data-step]` and the
+    `g.stage[data-active="true"]` box change with the slider.
+    """
     import ipywidgets as widgets
 
     _require_step(recording, start)
     slider = widgets.IntSlider(
         value=start, min=0, max=len(recording) - 1, description="step", continuous_update=False
     )
+    slider.add_class("pipeline-step-slider")
     view = widgets.HTML(value=_step_html(recording, start, lines))
+    view.add_class("pipeline-step-view")
 
     def update(change: dict[str, Any]) -> None:
         view.value = _step_html(recording, change["new"], lines)
