@@ -33,7 +33,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 CODE_SPAN = re.compile(r"`[^`\n]+`")
 LINK_TARGET = re.compile(r"\]\(([^)\s]+)\)")
 # Proper names whose words are also glossary terms ("ONNX Runtime" is not a runtime here).
-PROPER_NAMES = re.compile(r"ONNX Runtime|Jupyter kernel|kernel_name|Summary of")
+PROPER_NAMES = re.compile(r"ONNX Runtime|[Cc]ompiled [Aa]utograd")
 
 
 def _glossary() -> list[tuple[list[str], str, list[str]]]:
@@ -54,6 +54,12 @@ def _prose(text: str) -> str:
     text = CODE_SPAN.sub(" ", text)
     text = LINK_TARGET.sub("]", text)
     return re.sub(r"<[^>]+>", " ", text)
+
+
+def _uses(text: str, term: str) -> bool:
+    """`term` as a word, as written or capitalized (titles such as "Data Parallel" do not count)."""
+    forms = {term, term[:1].upper() + term[1:]}
+    return any(re.search(rf"(?<![\w-]){re.escape(f)}s?(?![\w-])", text) for f in forms)
 
 
 def _markdown(nb) -> str:
@@ -131,9 +137,7 @@ def test_glossary_terms_are_used_consistently(path: Path) -> None:
         wrong += [f"{v!r} (use {chosen!r})" for v in rejected if v in chinese]
         if chosen in terms:
             continue  # kept in English: nothing to look for
-        used = [
-            t for t in terms if re.search(rf"(?<![\w-]){re.escape(t)}s?(?![\w-])", english, re.I)
-        ]
+        used = [t for t in terms if _uses(english, t)]
         if used and chosen not in chinese:
             missing.append(f"{used[0]!r} -> {chosen!r}")
     assert not wrong, f"{twin.name} uses rejected forms: {', '.join(wrong)}"
