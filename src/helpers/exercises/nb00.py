@@ -1,0 +1,206 @@
+"""Judges of notebook 00's exercises (orientation: reading source, ATen, the dispatcher).
+
+Every judge computes the right answer from the installed torch (the source of
+`nn.Linear.forward`, the dispatcher's kernel table, a meta tensor's key set, the line numbers
+`source_view` computes), so the exercises stay true on a newer release.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from typing import Any
+
+from helpers.exercises import Hint, exercise
+
+#: The operators exercise 00.2 asks about (the starter cell lists the same ones).
+CANDIDATES_00_2 = ["aten::linear", "aten::relu", "aten::matmul", "aten::addmm", "aten::mul.Tensor"]
+
+#: The pattern of exercise 00.4: the line where `torch.compile` hands over to Dynamo.
+PATTERN_00_4 = r"return torch\._dynamo\.optimize\("
+
+
+def _linear_forward_call() -> tuple[str, Any]:
+    """(source text, object) of the function `nn.Linear.forward`'s return line calls."""
+    import torch.nn.modules.linear as linear_module
+
+    from helpers.source import source_view
+
+    tree = ast.parse(textwrap.dedent(source_view(linear_module.Linear.forward).code))
+    returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
+    call = returns[0].value
+    text = ast.unparse(call.func)
+    return text, eval(text, vars(linear_module))  # noqa: S307 - a name read from torch's source
+
+
+def _resolve(answer: Any) -> Any:
+    """The object a string answer names ("F.linear", "torch.nn.functional.linear"), or None."""
+    import torch.nn.modules.linear as linear_module
+
+    if not isinstance(answer, str):
+        return answer
+    text = answer.strip().removesuffix("()")
+    try:
+        return eval(text, {"torch": __import__("torch"), **vars(linear_module)})  # noqa: S307
+    except Exception:
+        return None
+
+
+@exercise("00.1", "What nn.Linear.forward calls")
+def linear_forward(answer: Any) -> str:
+    import torch
+
+    text, target = _linear_forward_call()
+    found = _resolve(answer)
+    if found is target:
+        return (
+            f"forward's return line calls `{text}`, which is `{target.__module__}."
+            f"{target.__name__}`: a C++ binding, like torch.add, of the operator "
+            f"aten::{target.__name__} (exercise 00.2 follows it into the dispatcher)"
+        )
+    name = str(answer) if isinstance(answer, str) else getattr(found, "__name__", repr(found))
+    if found in (torch.addmm, torch.matmul, torch.mm) or re.search(r"addmm|matmul|\bmm\b", name):
+        raise Hint(
+            f"`{name}` is not in forward's source: it is what the dispatcher may end up running "
+            "below it (exercise 00.2). Read the `return` line of "
+            "show_source(torch.nn.Linear.forward)"
+        )
+    if found is torch.nn.Linear.forward or found is torch.nn.Linear:
+        raise Hint("that is the method itself; the question is what its `return` line calls")
+    if isinstance(answer, str) and found is None:
+        raise Hint(
+            f"{answer!r} does not name a function here: give the function object (e.g. "
+            "torch.add) or its name as forward's source writes it"
+        )
+    raise Hint(
+        "not what forward calls: read the `return` line of show_source(torch.nn.Linear.forward)"
+    )
+
+
+def _kernel_table(ops: list[str]) -> dict[str, dict[str, bool]]:
+    import torch
+
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    return {op: {k: has_kernel(op, k) for k in ("CPU", "CompositeImplicitAutograd")} for op in ops}
+
+
+@exercise("00.2", "Operators without a CPU kernel")
+def composite_ops(answer: Any) -> str:
+    import torch
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
+        raise Hint("answer with a set of operator names from `candidates`, e.g. {'aten::relu'}")
+    given = {a if str(a).startswith("aten::") else f"aten::{a}" for a in map(str, answer)}
+    unknown = sorted(given - set(CANDIDATES_00_2))
+    if unknown:
+        raise Hint(f"{unknown} are not among the candidates {CANDIDATES_00_2}: pick from those")
+    table = _kernel_table(CANDIDATES_00_2)
+    truth = {op for op, k in table.items() if not k["CPU"] and k["CompositeImplicitAutograd"]}
+    with_cpu = sorted(op for op in given if table[op]["CPU"])
+    if with_cpu:
+        raise Hint(
+            f"{with_cpu} have a kernel registered for CPU: "
+            "torch._C._dispatch_has_kernel_for_dispatch_key(op, 'CPU') is True for them"
+        )
+    if given != truth:
+        raise Hint(
+            f"one more candidate has no CPU kernel: try has_kernel(op, 'CPU') and "
+            f"has_kernel(op, 'CompositeImplicitAutograd') on each of the {len(CANDIDATES_00_2)}"
+        )
+    ops: list[str] = []
+    x, weight, bias = torch.ones(2, 4), torch.ones(3, 4), torch.ones(3)
+    with _Record():
+        F.linear(x, weight, bias)
+    return (
+        f"{sorted(truth)} have no CPU kernel, only a CompositeImplicitAutograd one: it is "
+        f"written in other ATen ops, so the call comes apart at the dispatcher (a dispatch mode "
+        f"below it sees F.linear arrive as {ops}, never as aten.linear)"
+    )
+
+
+def _key_names(key_set: Any) -> set[str]:
+    inner = re.fullmatch(r"DispatchKeySet\((.*)\)", str(key_set).strip())
+    return {k.strip() for k in (inner[1] if inner else "").split(",") if k.strip()}
+
+
+@exercise("00.3", "The key set of a meta tensor")
+def meta_key_set(answer: Any) -> str:
+    import torch
+
+    truth = _key_names(torch._C._dispatch_keys(torch.ones(2, device="meta")))
+    cpu = _key_names(torch._C._dispatch_keys(torch.ones(2)))
+    if isinstance(answer, torch._C.DispatchKeySet):
+        given = _key_names(answer)
+    elif isinstance(answer, (set, list, tuple, frozenset)):
+        given = {str(a) for a in answer}
+    else:
+        raise Hint("answer with a set of key names, e.g. {'CPU', 'AutogradCPU'}")
+    if given == truth:
+        return (
+            f"{sorted(truth)}: the backend key follows the device (Meta in place of CPU), "
+            "its autograd key with it (AutogradMeta), ADInplaceOrView stays; there is no "
+            "autocast key for meta"
+        )
+    if given == cpu:
+        raise Hint(
+            "that is a CPU tensor's key set (section 4); the backend key follows the device, "
+            "and so does the autograd key"
+        )
+    autocast = sorted(k for k in given - truth if k.startswith("Autocast"))
+    if autocast:
+        raise Hint(f"{autocast}: autocast keys come with CPU and CUDA tensors, not with meta ones")
+    cpu_only = sorted(k for k in given - truth if k in cpu)
+    if cpu_only:
+        raise Hint(f"{cpu_only} belong to CPU tensors: which key replaces each for device='meta'?")
+    missing = truth - given
+    if missing and given <= truth:
+        raise Hint(
+            f"{len(missing)} key(s) missing: a meta tensor may require grad too, so it carries "
+            "autograd keys like a CPU tensor does (section 4)"
+        )
+    raise Hint(f"{sorted(given - truth)} are not in it: print torch._C._dispatch_keys(...) to see")
+
+
+@exercise("00.4", "A line number read from an excerpt")
+def optimize_line(answer: Any) -> str:
+    import torch
+
+    from helpers.source import source_view
+
+    line = source_view(torch.compile, PATTERN_00_4, before=0, after=0).first_line
+    shown = source_view(torch.compile, PATTERN_00_4, before=6, after=7)
+    whole = source_view(torch.compile)
+    if not isinstance(answer, int) or isinstance(answer, bool):
+        raise Hint("answer with a line number (an int), as the excerpt's header gives it")
+    if answer == line:
+        return (
+            f"line {line} of torch/__init__.py: the permalink's #L{shown.first_line}-"
+            f"L{shown.last_line} range holds it, {line - shown.first_line} lines below its start "
+            "(before=6), and the number was computed from the installed file, never typed"
+        )
+    if answer == shown.first_line:
+        raise Hint(
+            "that is where the excerpt starts: section 3 asked for 6 lines before the pattern "
+            "(before=6)"
+        )
+    if answer == shown.last_line:
+        raise Hint("that is where the excerpt ends (after=7 lines below the pattern)")
+    if answer == whole.first_line:
+        raise Hint("that is where `def compile(` starts, not the `return` line")
+    if 0 < answer < whole.last_line - whole.first_line + 1:
+        raise Hint(
+            "a line number inside the function? The header and permalink count from the top "
+            "of torch/__init__.py"
+        )
+    raise Hint(
+        "read it from the header of show_source(torch.compile, ...) in section 3: the excerpt's "
+        "range starts 6 lines above the pattern"
+    )
