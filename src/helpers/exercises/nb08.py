@@ -165,7 +165,9 @@ def smallest_scale(answer: Any) -> str:
     truth = smallest_fp16_scale()
     tiny = torch.finfo(torch.float16).smallest_normal * 2.0**-10  # fp16's smallest subnormal
     if s < 1 or s & (s - 1):
-        raise Hint("GradScaler's scales are powers of two (growth and backoff multiply by 2)")
+        raise Hint(
+            "GradScaler's scales are powers of two (init_scale 2**16, then x2 or x0.5 by default)"
+        )
     if s == 65536:
         raise Hint(
             "65536 = 2**16 is GradScaler's default init_scale: it works, but it is not the "
