@@ -1,0 +1,54 @@
+"""Sphinx configuration of the rendered book (`make book`; built by `tools/book.py`).
+
+The source folder is not this one: `tools/book.py` stages a copy of the repository's layout
+(`index.md` from here, `notebooks/*.ipynb`, `docs/*.md`) into a build folder and runs
+`sphinx-build -c book <staging> <out>`, so links written for the repository
+(`../notebooks/01_torch_compile_entry.ipynb` in `docs/teaching.md`, `02_...ipynb` between
+notebooks) resolve in the book too. A second language is a second staging folder built with
+`-D language=<code>` into a subfolder of the output: nothing here names the notebooks.
+
+Notebooks are rendered from their stored outputs (`nb_execution_mode = "off"`): the book shows
+what CI checked. The build must work offline, so nothing here loads a script from a CDN.
+"""
+
+from __future__ import annotations
+
+project = "PyTorch Source Reading"
+author = "PyTorch Source Reading contributors"
+copyright = "the PyTorch Source Reading contributors"
+language = "en"
+
+extensions = ["myst_nb"]
+root_doc = "index"
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
+
+# --- MyST-NB: stored outputs only -------------------------------------------------------------
+nb_execution_mode = "off"
+# The notebooks store no widget state (nbstripout): a widget view has nothing to render, and the
+# widget manager script would come from a CDN. The text twin printed next to each viewer shows.
+nb_ipywidgets_js = {}
+nb_merge_streams = True
+# Markdown cells and text/markdown outputs (show_source excerpts with their permalinks)
+myst_enable_extensions = ["colon_fence"]
+myst_heading_anchors = 3
+# show_source excerpts of docstrings and C++ are fenced as python: Pygments retries them plainly
+suppress_warnings = ["mystnb.unknown_mime_type", "misc.highlighting_failure"]
+
+# --- HTML -------------------------------------------------------------------------------------
+html_theme = "sphinx_book_theme"
+html_title = "PyTorch Source Reading"
+html_last_updated_fmt = None
+html_copy_source = False
+html_show_sourcelink = False
+html_theme_options = {
+    "show_toc_level": 2,
+    "navigation_with_keys": False,
+    "use_download_button": False,
+    "use_fullscreen_button": False,
+    "use_repository_button": False,
+    "home_page_in_toc": True,
+    "show_navbar_depth": 1,
+}
+pygments_style = "default"
+# The theme's mode script logs a console error when no default mode is set
+html_context = {"default_mode": "light"}

@@ -1,0 +1,153 @@
+"""Shared by tests/test_book.py and tests/test_slides.py: serve a folder on 127.0.0.1, open its
+pages in headless Chromium (playwright driving the Debian `chromium`; no browser download), and
+record what a reader would not see: console errors, uncaught exceptions, failed loads and any
+request that leaves 127.0.0.1 (aborted, so the pages are proven to work offline).
+
+Pages are served over http, not opened from `file://`: the book theme logs a console error
+under `file://` (it cannot store the light/dark choice).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+HOST = "127.0.0.1"
+PAGE_TIMEOUT_S = 60.0  # for a page to load, on a loaded 2-core machine
+
+
+def chromium_path() -> str:
+    """The system Chromium; skip without it, except under CI (`CI` set), where it fails."""
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if Path("/usr/bin/chromium").exists():
+        return "/usr/bin/chromium"
+    reason = "chromium is not installed (Debian: `apt-get install chromium`, or `make system-deps`)"
+    if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"{reason}; CI is set, so the browser tests must run")
+    pytest.skip(reason)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib's name)
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # a browser closing a page mid-transfer (BrokenPipeError) is not a finding
+
+
+@contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """Serve `directory` on 127.0.0.1 (a free port) from a thread; yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = _Server((HOST, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{HOST}:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def http_status(url: str) -> int:
+    """The HTTP status of a GET of `url` (fragment dropped)."""
+    try:
+        with urllib.request.urlopen(url.split("#")[0], timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+@contextmanager
+def chromium() -> Iterator:
+    """Headless Chromium through playwright."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = chromium_path()
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@dataclass
+class Visit:
+    """What happened while one page loaded."""
+
+    url: str
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    external: list[str] = field(default_factory=list)  # requests that left 127.0.0.1 (aborted)
+    failed: list[str] = field(default_factory=list)  # local requests that failed or gave >= 400
+
+    def problems(self) -> list[str]:
+        return (
+            [f"console error: {m}" for m in self.console_errors]
+            + [f"uncaught exception: {m}" for m in self.page_errors]
+            + [f"request leaving 127.0.0.1: {u}" for u in self.external]
+            + [f"failed load: {u}" for u in self.failed]
+        )
+
+
+@contextmanager
+def visit(browser, url: str, ready: str | None = None) -> Iterator[tuple]:
+    """Open `url` in a fresh page; yields (page, Visit) once loaded (and `ready` is true, a JS
+    expression, when given). Requests leaving 127.0.0.1 are aborted and recorded."""
+    record = Visit(url)
+    context = browser.new_context()
+    page = context.new_page()
+
+    def route(route_, request) -> None:
+        scheme, netloc = urlsplit(request.url)[:2]
+        if scheme in ("data", "blob") or netloc.split(":")[0] == HOST:
+            route_.continue_()
+        else:
+            record.external.append(request.url)
+            route_.abort()
+
+    def on_response(response) -> None:
+        if response.status >= 400:
+            record.failed.append(f"{response.url} (HTTP {response.status})")
+
+    page.route("**/*", route)
+    page.on("console", lambda m: m.type == "error" and record.console_errors.append(m.text))
+    page.on("pageerror", lambda e: record.page_errors.append(str(e)))
+    page.on("response", on_response)
+    page.on(
+        "requestfailed",
+        lambda r: (
+            urlsplit(r.url).netloc.split(":")[0] == HOST
+            and record.failed.append(f"{r.url} ({r.failure})")
+        ),
+    )
+    try:
+        page.goto(url, wait_until="load", timeout=PAGE_TIMEOUT_S * 1000)
+        if ready:
+            page.wait_for_function(ready, timeout=PAGE_TIMEOUT_S * 1000)
+        page.wait_for_load_state("networkidle", timeout=PAGE_TIMEOUT_S * 1000)
+        yield page, record
+    finally:
+        context.close()
