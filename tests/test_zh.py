@@ -59,7 +59,12 @@ def _prose(text: str) -> str:
 def _uses(text: str, term: str) -> bool:
     """`term` as a word, as written or capitalized (titles such as "Data Parallel" do not count)."""
     forms = {term, term[:1].upper() + term[1:]}
-    return any(re.search(rf"(?<![\w-]){re.escape(f)}s?(?![\w-])", text) for f in forms)
+    return any(re.search(rf"(?<![\w-]){_pattern(f)}s?(?![\w-])", text) for f in forms)
+
+
+def _pattern(term: str) -> str:
+    """A term as a regex; its words may be split over lines (prose is wrapped)."""
+    return r"\s+".join(map(re.escape, term.split()))
 
 
 def _markdown(nb) -> str:
@@ -133,11 +138,18 @@ def test_glossary_terms_are_used_consistently(path: Path) -> None:
     english = PROPER_NAMES.sub(" ", _prose(_markdown(nbformat.read(path, 4))))
     chinese = _prose(_markdown(nbformat.read(twin, 4)))
     wrong, missing = [], []
-    for terms, chosen, rejected in _glossary():
+    glossary = _glossary()
+    every_term = sorted({t for terms, _, _ in glossary for t in terms}, key=len, reverse=True)
+    for terms, chosen, rejected in glossary:
         wrong += [f"{v!r} (use {chosen!r})" for v in rejected if v in chinese]
         if chosen in terms:
             continue  # kept in English: nothing to look for
-        used = [t for t in terms if _uses(english, t)]
+        # "inference" inside "shape inference" is that longer term's business
+        longer = [t for t in every_term if any(x in t and x != t for x in terms)]
+        text = (
+            re.sub("|".join(map(_pattern, longer)), " ", english, flags=re.I) if longer else english
+        )
+        used = [t for t in terms if _uses(text, t)]
         if used and chosen not in chinese:
             missing.append(f"{used[0]!r} -> {chosen!r}")
     assert not wrong, f"{twin.name} uses rejected forms: {', '.join(wrong)}"
