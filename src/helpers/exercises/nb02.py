@@ -1,0 +1,210 @@
+"""Judges of notebook 02's exercises (Dynamo: graph breaks, recompiles, guards, fullgraph).
+
+Every judge finds the truth by running Dynamo on the installed torch, with cheap backends
+(`torch._dynamo.explain`, `CompileCounter`, `"eager"`): no code generation. Each judge starts
+with `torch._dynamo.reset()`, so it forgets what the notebook compiled before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from helpers.exercises import Hint, exercise
+
+
+def f_tolist(x: Any, y: Any) -> Any:
+    """Notebook 02's `f` with a `.tolist()` between its two lines (exercise 02.1)."""
+    a = x.sin() + y
+    z = a.tolist()
+    return a * 2, z
+
+
+def f(x: Any, y: Any) -> Any:
+    """Notebook 02's `f` (exercise 02.2)."""
+    a = x.sin() + y
+    return a * 2
+
+
+def h(x: Any) -> Any:
+    """The function exercise 02.3 compiles once, then calls with each variant."""
+    return x.sin() * 2
+
+
+def g_reference(x: Any) -> Any:
+    """What notebook 02's `g` returns, without its print (exercise 02.4)."""
+    x = x.relu() + 1
+    if x.sum() > 0:
+        return x.cos()
+    return x.sin()
+
+
+#: Exercise 02.2: the shapes of the three calls, in order.
+SHAPES_02_2 = [(3,), (4,), (5, 1)]
+
+
+def _variants() -> dict[str, Any]:
+    """Exercise 02.3: name -> a function that makes the argument of the second call."""
+    import torch
+
+    return {
+        "values": lambda: torch.randn(3),
+        "requires_grad": lambda: torch.randn(3, requires_grad=True),
+        "dtype": lambda: torch.randn(3, dtype=torch.float64),
+        "stride": lambda: torch.randn(6)[::2],
+        "view": lambda: torch.randn(2, 3)[0],
+        "no_grad": lambda: torch.randn(3),  # called under torch.no_grad()
+    }
+
+
+VARIANTS_02_3 = ["values", "requires_grad", "dtype", "stride", "view", "no_grad"]
+
+
+@exercise("02.1", "Graphs and breaks of a .tolist()")
+def tolist_breaks(answer: Any) -> str:
+    import torch
+
+    if not (isinstance(answer, tuple) and len(answer) == 2):
+        raise Hint("answer with a pair: (graph_count, graph_break_count), as explain reports them")
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(f_tolist)(torch.randn(3), torch.randn(3))
+    graphs, breaks = explanation.graph_count, explanation.graph_break_count
+    reason = str(explanation.break_reasons[0].reason).splitlines()[0] if breaks else ""
+    if answer == (graphs, breaks):
+        return (
+            f"{graphs} graphs, {breaks} break ({reason!r}): `.tolist()` needs the values, which "
+            "a traced graph does not have; the graph before it is compiled, tolist runs in "
+            "Python, and `a * 2` is traced again in the resume function"
+        )
+    given_graphs, given_breaks = answer
+    if given_breaks == given_graphs and given_graphs:
+        raise Hint(
+            "graphs and breaks cannot be equal: explain computes graph_break_count as "
+            "graph_count - 1 (its source in section 6)"
+        )
+    if given_breaks == 0:
+        raise Hint(
+            "a graph holds tensor operations on values it does not know; can `.tolist()` give "
+            "a Python list without them? Run torch._dynamo.explain(f_tolist)(x, y)"
+        )
+    if given_graphs > graphs:
+        raise Hint(
+            "too many graphs: the code after the break (a * 2) runs in one resume function, "
+            "and `.tolist()` itself runs in plain Python, in no graph"
+        )
+    raise Hint("run torch._dynamo.explain(f_tolist)(x, y) and read graph_count, graph_break_count")
+
+
+@exercise("02.2", "Compilations for three shapes")
+def shape_recompiles(answer: Any) -> str:
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    if not isinstance(answer, (list, tuple)) or len(answer) != len(SHAPES_02_2):
+        raise Hint("answer with a list of three counts: counter.frame_count after each call")
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(f, backend=counter)
+    truth = []
+    for shape in SHAPES_02_2:
+        compiled(torch.randn(shape), torch.randn(shape))
+        truth.append(counter.frame_count)
+    if list(answer) == truth:
+        return (
+            f"{truth}: (4,) fails size=[3] and recompiles with a dynamic size; (5, 1) has two "
+            "dimensions, which no symbolic size stands for, so it fails the guard again"
+        )
+    if list(answer[:2]) != truth[:2]:
+        raise Hint(
+            "look at section 4 again: the first call compiles, and a size change from 3 to 4 "
+            "fails TENSOR_MATCH's size=[3]"
+        )
+    if answer[2] == truth[1]:
+        raise Hint(
+            "automatic dynamic shapes make a size symbolic, not the number of dimensions: the "
+            "guard still expects one-dimensional tensors after the second compile"
+        )
+    raise Hint("count compilations, not calls: print counter.frame_count after each call")
+
+
+@exercise("02.3", "Which changes recompile")
+def which_recompile(answer: Any) -> str:
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
+        raise Hint(f"answer with a set of names from {VARIANTS_02_3}")
+    given = set(answer)
+    unknown = sorted(given - set(VARIANTS_02_3))
+    if unknown:
+        raise Hint(f"{unknown} are not among the variants {VARIANTS_02_3}")
+    truth = set()
+    for name, make in _variants().items():
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        compiled = torch.compile(h, backend=counter)
+        compiled(torch.randn(3))
+        if name == "no_grad":
+            with torch.no_grad():
+                compiled(make())
+        else:
+            compiled(make())
+        if counter.frame_count > 1:
+            truth.add(name)
+    if given == truth:
+        return (
+            f"{sorted(truth)} recompile: TENSOR_MATCH checks dtype, requires_grad, size and "
+            "stride, and GLOBAL_STATE the grad mode; a tensor's values are never guarded, and a "
+            "view with the same size and stride passes"
+        )
+    why = {
+        "values": "guards never read a tensor's values: TENSOR_MATCH compares type, dispatch "
+        "keys, dtype, device, requires_grad, size and stride (section 3)",
+        "view": "torch.randn(2, 3)[0] has size [3] and stride [1], like the first argument: "
+        "being a view is not in TENSOR_MATCH",
+        "no_grad": "GLOBAL_STATE compares grad_mode (section 3): no_grad changes it",
+        "stride": "TENSOR_MATCH's line ends with stride=[1]: what is the stride of a [::2] slice?",
+        "requires_grad": "TENSOR_MATCH's line carries requires_grad=False",
+        "dtype": "a dtype change recompiled in section 4",
+    }
+    extra, missing = sorted(given - truth), sorted(truth - given)
+    if extra:
+        raise Hint(f"{extra[0]} does not recompile: {why[extra[0]]}")
+    raise Hint(f"{len(missing)} more recompile(s); one is {missing[0]}: {why[missing[0]]}")
+
+
+@exercise("02.4", "Make g compile with fullgraph=True")
+def fullgraph_g(answer: Any) -> str:
+    import torch
+
+    if not callable(answer):
+        raise Hint("answer with a function of one tensor, like g")
+    inputs = [torch.ones(3), torch.tensor([-3.0, 0.5, 2.0]), torch.linspace(-2, 1, 4)]
+    torch._dynamo.reset()
+    compiled = torch.compile(answer, backend="eager", fullgraph=True)
+    for x in inputs:
+        try:
+            got = compiled(x.clone())
+        except torch._dynamo.exc.Unsupported as err:
+            first = str(err).splitlines()[0]
+            if "builtin operator" in first or "print" in str(err):
+                raise Hint(
+                    f"fullgraph=True still meets the print ({first!r}): drop it, it is not "
+                    "part of what g returns"
+                ) from None
+            if "generic_jump" in str(err) or "Data-dependent" in str(err):
+                raise Hint(
+                    f"the `if` on x.sum() > 0 is a data-dependent jump ({first!r}): compute "
+                    "both branches and pick with torch.where, or decide whether the condition "
+                    "can ever be false"
+                ) from None
+            raise Hint(f"fullgraph=True raised Unsupported: {first}") from None
+        want = g_reference(x)
+        if not (isinstance(got, torch.Tensor) and got.shape == want.shape):
+            raise Hint(f"for x = {x.tolist()} g returns a tensor of shape {tuple(want.shape)}")
+        if not torch.allclose(got, want):
+            mine, theirs = [round(v, 4) for v in got.tolist()], [round(v, 4) for v in want.tolist()]
+            raise Hint(f"for x = {x.tolist()} your function returns {mine}, g returns {theirs}")
+    return (
+        f"one graph, same results as g on {len(inputs)} inputs: without the print and without a "
+        "Python branch on a tensor's value, nothing is left for fullgraph=True to refuse"
+    )
