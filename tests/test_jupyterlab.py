@@ -1,0 +1,319 @@
+"""A real JupyterLab in headless Chromium: the landing page, and an ipywidgets viewer that works.
+
+JupyterLab is started the way `make lab` starts it (the Makefile's `lab` recipe is read for the
+notebook folder and the default URL; `--allow-root` when root), on a free port with a token,
+serving a temporary copy of the notebooks, with temporary user settings and workspaces so that
+nothing under `notebooks/` or the home folder is written. It reads the JupyterLab settings
+overrides that the Makefile writes into the venv (no "Jupyter news?" prompt).
+
+The browser is the Debian `chromium` (`make system-deps`) driven by playwright, which is told
+its path, so no browser is downloaded. Without chromium the tests are skipped, except under CI
+(`CI` set), where they fail.
+
+`test_lab_landing_and_ring_viewer`: the default URL opens `00_orientation.ipynb` and no news
+prompt appears; then a copy of notebook 05 cut to its setup cell, its `helpers.allreduce`
+import and its ring-viewer section is run with Run > Run All Cells in the project kernel; the
+slider renders, and moving it changes what the viewer shows.
+
+`test_lab_failures_are_detected`: the same checks against a lab with the widget manager
+extension disabled and the news setting back at "ask": both failures are reported, by the same
+code and with the messages that `test_lab_landing_and_ring_viewer` would give.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers.processes import alive, free_port, wait_gone
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+PlaywrightTimeout = playwright_api.TimeoutError
+
+ROOT = Path(__file__).resolve().parents[1]
+JUPYTER = Path(sys.executable).with_name("jupyter")
+KERNEL = "pytorch-source-reading"
+WIDGET_MANAGER = "@jupyter-widgets/jupyterlab-manager"
+NEWS_PROMPT = "Would you like to get notified about official Jupyter news?"
+SERVER_TIMEOUT_S = 60.0  # for the server to answer, on a loaded 2-core machine
+PAGE_TIMEOUT_S = 60.0  # for the lab page, a notebook, its kernel, a widget
+NEWS_WAIT_S = 2.0  # the prompt is emitted once the app is restored; wait a little longer
+CURRENT = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in the visible tab
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    if Path("/usr/bin/chromium").exists():
+        return "/usr/bin/chromium"
+    reason = "chromium is not installed (Debian: `apt-get install chromium`, or `make system-deps`)"
+    if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+        pytest.fail(f"{reason}; CI is set, so the JupyterLab browser test must run")
+    pytest.skip(reason)
+
+
+def make_lab_flags() -> tuple[str, str]:
+    """(notebook dir, default URL) from the Makefile's `lab` recipe: the test follows it."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^lab:.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe, "Makefile: no `lab:` target with a recipe found"
+    text = recipe.group(1).replace("\\\n", " ")
+    notebook_dir = re.search(r"--notebook-dir=(\S+)", text)
+    default_url = re.search(r"--LabApp\.default_url=(\S+)", text)
+    assert notebook_dir and default_url, f"Makefile lab recipe lacks the expected flags:\n{text}"
+    return notebook_dir.group(1), default_url.group(1)
+
+
+def viewer_notebook(source: Path) -> nbformat.NotebookNode:
+    """Notebook 05 cut to: its title, its setup cell, `import allreduce as ar`, section 3."""
+    nb = nbformat.read(source, as_version=4)
+    cells = nb.cells
+    setup = next(c for c in cells if c.cell_type == "code")
+    # the full notebook imports `ar` in a section-2 cell that needs more of section 2
+    imports = nbformat.v4.new_code_cell("from helpers import allreduce as ar")
+    start = next(i for i, c in enumerate(cells) if c.source.startswith("## 3."))
+    end = next(i for i, c in enumerate(cells) if i > start and c.source.startswith("## "))
+    section = cells[start:end]
+    assert any("ring_step_viewer(" in c.source for c in section), "no ring viewer in section 3"
+    nb.cells = [cells[0], setup, imports, *section]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata["kernelspec"]["name"] = KERNEL
+    return nb
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (kernels start in their own session, not in its group)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@contextmanager
+def jupyterlab(tmp: Path, user_settings: dict | None = None, page_config: dict | None = None):
+    """Start JupyterLab like `make lab` over a copy of the notebooks; yield (url, token)."""
+    notebook_dir, default_url = make_lab_flags()
+    served = tmp / "notebooks"
+    served.mkdir()
+    orientation = default_url.rsplit("/", 1)[1]
+    shutil.copy(ROOT / notebook_dir / orientation, served / orientation)
+    source = ROOT / notebook_dir / "05_allreduce_from_scratch.ipynb"
+    nbformat.write(viewer_notebook(source), served / "05_ring_viewer.ipynb")
+
+    env = dict(os.environ)
+    env.pop("JUPYTER_TOKEN", None)
+    env["JUPYTERLAB_SETTINGS_DIR"] = str(tmp / "user-settings")  # not ~/.jupyter
+    env["JUPYTERLAB_WORKSPACES_DIR"] = str(tmp / "workspaces")
+    env["JUPYTER_RUNTIME_DIR"] = str(tmp / "runtime")
+    env["IPYTHONDIR"] = str(tmp / "ipython")
+    for plugin, values in (user_settings or {}).items():
+        package, name = plugin.split(":")
+        target = tmp / "user-settings" / package / f"{name}.jupyterlab-settings"
+        target.parent.mkdir(parents=True)
+        target.write_text(json.dumps(values))
+    if page_config:
+        (tmp / "config" / "labconfig").mkdir(parents=True)
+        (tmp / "config" / "labconfig" / "page_config.json").write_text(json.dumps(page_config))
+        env["JUPYTER_CONFIG_DIR"] = str(tmp / "config")
+
+    port, token = free_port(), secrets.token_hex(16)
+    cmd = [str(JUPYTER), "lab", f"--notebook-dir={served}", "--ip=127.0.0.1"]
+    cmd += ["--allow-root"] if os.getuid() == 0 else []
+    cmd += [f"--LabApp.default_url={default_url}", "--no-browser", f"--port={port}"]
+    cmd += ["--ServerApp.port_retries=0", f"--IdentityProvider.token={token}"]
+    log = (tmp / "lab.log").open("w")
+    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + SERVER_TIMEOUT_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=5):
+                    break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                state = "exited" if server.poll() is not None else "is still silent"
+                tail = (tmp / "lab.log").read_text()[-3000:]
+                pytest.fail(f"JupyterLab {state} after `{' '.join(cmd)}`; its log:\n{tail}")
+            time.sleep(0.5)
+        yield url, token
+    finally:
+        pids = [server.pid, *_descendants(server.pid)]  # the server and the kernels it started
+        server.send_signal(signal.SIGTERM)  # the server shuts its kernels down
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        for pid in wait_gone(pids, timeout_s=10):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.close()
+        left = [pid for pid in wait_gone(pids, timeout_s=5) if alive(pid)]
+        assert not left, f"processes of the JupyterLab test still running: {left}"
+
+
+@pytest.fixture
+def browser() -> Iterator:
+    """Headless Debian Chromium through playwright (no downloaded browser)."""
+    executable = _chromium()
+    with playwright_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _wait(page, selector: str, what: str, timeout_s: float = PAGE_TIMEOUT_S):
+    """The first element matching `selector`, or a failure saying what never appeared."""
+    try:
+        return page.wait_for_selector(selector, state="visible", timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        raise AssertionError(
+            f"{what} (nothing matched {selector!r} within {timeout_s:.0f} s)"
+        ) from None
+
+
+def check_landing(page, url: str, token: str, default_url: str) -> None:
+    """The default URL opens the orientation notebook; no news prompt appears."""
+    page.goto(f"{url}/?token={token}")
+    name = default_url.rsplit("/", 1)[1]
+    _wait(
+        page,
+        f".jp-mod-current[title*='{name}'], .lm-mod-current[title*='{name}']",
+        f"the landing page did not open {name} (default URL {default_url})",
+    )
+    assert page.url.split("?")[0].endswith(default_url), (
+        f"landing: expected the URL to end with {default_url}, found {page.url}"
+    )
+    _wait(page, ".jp-Notebook .jp-MarkdownOutput h1", f"{name} opened but its cells never rendered")
+    page.wait_for_timeout(NEWS_WAIT_S * 1000)
+    toasts = page.locator(".Toastify__toast", has_text="Jupyter news")
+    assert toasts.count() == 0, (
+        f"JupyterLab shows the news prompt {NEWS_PROMPT!r}: the settings override that turns "
+        "it off (fetchNews=false in <venv>/share/jupyter/lab/settings/overrides.json, written "
+        "by the Makefile) is missing or overridden"
+    )
+
+
+VIEWER_STATE = """() => {
+  for (const out of document.querySelectorAll('.jp-OutputArea-output')) {
+    if (out.getAttribute('data-mime-type') === 'application/vnd.jupyter.stderr')
+      return 'error: ' + out.innerText;
+    if (out.querySelector('.widget-slider')) return 'slider';
+    const text = out.innerText;
+    if (text.includes('IntSlider(') || text.includes('Loading widget')) return text;
+  }
+  return null;
+}"""
+
+
+def run_ring_viewer(page, url: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """Open the cut notebook 05, run all cells, move the slider one step.
+
+    Returns (slider readout, viewer text) before and after the move.
+    """
+    page.goto(f"{url}/lab/tree/05_ring_viewer.ipynb")
+    _wait(page, ".jp-mod-current[title*='05_ring_viewer']", "notebook 05 (cut) never opened")
+    _wait(page, CURRENT + " .jp-Cell", "notebook 05 (cut) opened but its cells never rendered")
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
+    # the viewer's output is either the rendered slider or, with no widget manager, the
+    # text/plain twin "VBox(children=(IntSlider(...": wait for whichever comes first
+    try:
+        shown = page.wait_for_function(VIEWER_STATE, timeout=PAGE_TIMEOUT_S * 1000).json_value()
+    except PlaywrightTimeout:
+        raise AssertionError(
+            "the ring viewer's output never appeared: did Run All Cells run the notebook in "
+            f"the {KERNEL!r} kernel? (`make test` installs it)"
+        ) from None
+    if shown.startswith("error: "):
+        raise AssertionError(f"a cell of the cut notebook 05 failed in JupyterLab:\n{shown}")
+    if shown != "slider":
+        raise AssertionError(
+            "the ring viewer's slider never rendered: widgets are not rendering in JupyterLab "
+            f"(is ipywidgets' labextension {WIDGET_MANAGER} installed and enabled? "
+            "`jupyter labextension list` shows it); the viewer's output shows "
+            f"{shown[:80]!r}"
+        )
+    output = page.locator(".jp-OutputArea-output", has=page.locator(".widget-slider"))
+    view, readout = output.locator(".widget-html-content"), output.locator(".widget-readout")
+    before = (readout.inner_text(), view.inner_text())
+    output.locator(".noUi-handle").focus()
+    page.keyboard.press("ArrowRight")
+    try:
+        page.wait_for_function(
+            "before => document.querySelector('.jp-OutputArea-output .widget-html-content')"
+            ".innerText !== before",
+            arg=before[1],
+            timeout=PAGE_TIMEOUT_S * 1000,
+        )
+    except PlaywrightTimeout:
+        raise AssertionError(
+            f"the slider moved (readout {before[0]!r} -> {readout.inner_text()!r}) but the "
+            "viewer's content did not change: the kernel side of the widget (slider.observe) "
+            "did not answer"
+        ) from None
+    return before, (readout.inner_text(), view.inner_text())
+
+
+def test_lab_landing_and_ring_viewer(browser, tmp_path: Path) -> None:
+    _, default_url = make_lab_flags()
+    with jupyterlab(tmp_path) as (url, token):
+        page = browser.new_page()
+        check_landing(page, url, token, default_url)
+        before, after = run_ring_viewer(page, url)
+    assert before[0] == "0" and after[0] == "1", (
+        f"slider readout: expected 0 then 1, found {before[0]!r} then {after[0]!r}"
+    )
+    assert before[1].strip() and after[1] != before[1], (
+        f"viewer: expected new content, found {before[1]!r} then {after[1]!r}"
+    )
+
+
+def test_lab_failures_are_detected(browser, tmp_path: Path) -> None:
+    """The detectors fire: a lab asking about news, and one without the widget manager."""
+    _, default_url = make_lab_flags()
+    news = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "none"}}
+    no_widgets = {"disabledExtensions": {WIDGET_MANAGER: True}}
+    with jupyterlab(tmp_path, user_settings=news, page_config=no_widgets) as (url, token):
+        page = browser.new_page()
+        with pytest.raises(AssertionError, match="news prompt"):
+            check_landing(page, url, token, default_url)
+        with pytest.raises(AssertionError, match="widgets are not rendering"):
+            run_ring_viewer(page, url)
