@@ -16,7 +16,7 @@ SOLUTIONS = {"10.1": {"x": {0: Dim("batch")}}}
 #   locate_translation("aten::sinc")["torchscript"]  -> None
 #   locate_translation("aten::expm1")["torchscript"] -> None
 # gelu, silu and log1p have symbolics; sinc, asinh and expm1 have none at any opset from 7 to
-# 20, although each is expressible in ONNX (asinh is even a single standard op since opset 9).
+# 20 (for asinh ONNX even has a single standard op, Asinh, since opset 9: section 6).
 SOLUTIONS["10.2"] = {"aten::sinc", "aten::asinh", "aten::expm1"}
 
 

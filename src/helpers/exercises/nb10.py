@@ -139,9 +139,12 @@ def lacking_symbolics(answer: Any) -> str:
             " is not the only one): ask `locate_translation(op)['torchscript']` for each op;"
             " None means the TorchScript exporter has none"
         )
+    from torch.onnx import _constants
+
+    lowest, highest = _constants.ONNX_MIN_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
     return (
-        f"{sorted(truth)} have no symbolic at any opset from 7 to 20, though ONNX can express"
-        " each (the dynamo exporter translates or decomposes them)"
+        f"{sorted(truth)} have no symbolic function in the TorchScript exporter's registry at"
+        f" any opset it accepts ({lowest} to {highest})"
     )
 
 
