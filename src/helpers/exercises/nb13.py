@@ -12,7 +12,6 @@ import re
 from typing import Any
 
 import torch
-from torch.distributed.fsdp._fully_shard import _fsdp_common
 
 from helpers import sharded
 from helpers.exercises import Hint, exercise
@@ -71,6 +70,8 @@ def big_model_bytes(answer: Any) -> str:
 
 def fsdp2_local_shapes(shape: tuple[int, ...] = SHARD_SHAPE, n: int = SHARD_RANKS) -> list:
     """Each rank's local (unpadded) shard shape, computed with FSDP2's own chunking."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_common  # a slow import: only here
+
     full = torch.empty(shape)
     chunks = _fsdp_common._chunk_with_empty(full, n, dim=0)
     return [tuple(_fsdp_common._get_dim_chunked_size(c, full.size(), dim=0)) for c in chunks]
