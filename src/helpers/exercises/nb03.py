@@ -1,0 +1,167 @@
+"""Judges of notebook 03's exercises (AOTAutograd's partition, decompositions, Inductor's route).
+
+Every judge finds the truth in the installed torch: it partitions a training step with
+`AotGraphs` (no code generation), traces with `make_fx` and the core ATen table, and reads
+Inductor's decomposition table (`select_decomp_table`) and lowerings. No judge runs Inductor's
+code generation (a cold compile takes seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from helpers.exercises import Hint, exercise
+
+#: Exercise 03.3: the ATen ops asked about (all `.default` overloads).
+CANDIDATES_03_3 = ["mse_loss", "gelu", "glu", "sigmoid", "clamp_min", "silu"]
+
+
+@functools.cache
+def _saved(min_cut: bool) -> tuple[str, ...]:
+    """Names the backward receives from the forward: notebook 03's loss_fn, one step.
+
+    Cached: two small compiles per process, however many answers are judged.
+    """
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from helpers.compile_tools import AotGraphs
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 1))
+
+    def loss_fn(x: Any, y: Any) -> Any:
+        return F.mse_loss(model(x), y)
+
+    torch._dynamo.reset()
+    aot = AotGraphs(partition_fn=min_cut_rematerialization_partition if min_cut else None)
+    torch.compile(loss_fn, backend=aot)(torch.randn(5, 4), torch.randn(5, 1)).backward()
+    return tuple(aot.saved_for_backward())
+
+
+@exercise("03.1", "Saved for backward by the min-cut partitioner")
+def min_cut_saved(answer: Any) -> str:
+    if isinstance(answer, str) or not isinstance(answer, (list, tuple, set)):
+        raise Hint("answer with a list of names, like section 1's aot.saved_for_backward()")
+    truth, default = list(_saved(True)), list(_saved(False))
+    given = set(map(str, answer))
+    if given == set(truth):
+        dropped, added = sorted(set(default) - given), sorted(given - set(default))
+        return (
+            f"{truth}: min-cut saves {added} instead of {dropped}; what it drops is cheap to "
+            "recompute in the backward from what it keeps, as the Inductor backend's partitioner "
+            "(section 3) also does"
+        )
+    if given == set(default):
+        raise Hint(
+            "that is the default partitioner's list of section 1; the min-cut partitioner "
+            "recomputes cheap ops in the backward when that lets it save fewer or cheaper values"
+        )
+    if given < set(truth):
+        raise Hint(
+            f"{len(truth) - len(given)} name(s) missing: the backward still needs every weight "
+            "it multiplies by; read the backward graph's placeholders (aot.backward[0].code)"
+        )
+    raise Hint(
+        "compile loss_fn with a fresh AotGraphs(partition_fn=min_cut_rematerialization_partition) "
+        "after torch._dynamo.reset(), call .backward(), then read aot.saved_for_backward()"
+    )
+
+
+def _packet(op: Any) -> str:
+    """'mul' for aten.mul.Tensor, aten.mul, 'aten.mul.Tensor', 'torch.ops.aten.mul' or 'mul'."""
+    text = str(op).removeprefix("torch.ops.").removeprefix("aten::").removeprefix("aten.")
+    return text.split(".")[0]
+
+
+@exercise("03.2", "What silu decomposes into")
+def silu_decomposition(answer: Any) -> str:
+    import torch
+    import torch.nn.functional as F
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from helpers.compile_tools import graph_ops
+
+    if isinstance(answer, str) or not isinstance(answer, (list, tuple, set)):
+        raise Hint("answer with a set of ATen op names, e.g. {'aten.add.Tensor'} or {'add'}")
+    table = core_aten_decompositions()
+    gm = make_fx(lambda a: F.silu(a), decomposition_table=table)(torch.randn(4))
+    ops = graph_ops(gm)
+    truth = {_packet(op) for op in ops}
+    given = {_packet(op) for op in answer}
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    if given == truth and all(torch.Tag.core in t.tags for t in targets):
+        return (
+            f"{sorted(ops)}: silu(x) = x * sigmoid(x), and both are core ATen ops "
+            "(torch.Tag.core in their tags), so the table stops there"
+        )
+    if "silu" in given:
+        raise Hint(
+            "silu is still there: make_fx keeps it unless you pass "
+            "decomposition_table=core_aten_decompositions() (section 2)"
+        )
+    if given - truth and {"exp", "neg", "add", "div", "reciprocal"} & given:
+        raise Hint(
+            "you went further than the table does: sigmoid is core (torch.Tag.core in "
+            "aten.sigmoid.default.tags), and a decomposition stops at core ops"
+        )
+    if given < truth:
+        raise Hint(f"{len(truth - given)} op(s) missing: read gm.code of the make_fx trace")
+    raise Hint(
+        "trace it: make_fx(lambda a: F.silu(a), decomposition_table=core_aten_decompositions())"
+        "(torch.randn(4)).code"
+    )
+
+
+@exercise("03.3", "Lowered directly or decomposed first")
+def inductor_route(answer: Any) -> str:
+    import torch
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.lowering import lowerings
+
+    if isinstance(answer, str) or not isinstance(answer, (list, tuple, set)):
+        raise Hint(f"answer with a set of names from {CANDIDATES_03_3}")
+    given = {_packet(a) for a in answer}
+    unknown = sorted(given - set(CANDIDATES_03_3))
+    if unknown:
+        raise Hint(f"{unknown} are not among the candidates {CANDIDATES_03_3}")
+    table = select_decomp_table()
+    ops = {name: getattr(torch.ops.aten, name).default for name in CANDIDATES_03_3}
+    truth = {name for name, op in ops.items() if op not in table and op in lowerings}
+    core = {name for name, op in ops.items() if torch.Tag.core in op.tags}
+    if given == truth:
+        return (
+            f"{sorted(truth)} reach GraphLowering as they are (no entry in select_decomp_table(), "
+            f"an entry in lowerings); the others are rewritten first, core or not (core here: "
+            f"{sorted(core)})"
+        )
+    if given == core:
+        raise Hint(
+            "being core does not decide it: Inductor's table is the core ATen table plus its own "
+            "decompositions, minus an exclusion list (section 2); test `op in "
+            "select_decomp_table()`"
+        )
+    extra, missing = sorted(given - truth), sorted(truth - given)
+    if extra:
+        name = extra[0]
+        where = "core" if name in core else "not core"
+        raise Hint(
+            f"{name} ({where}) has an entry in Inductor's decomposition table: "
+            f"torch.ops.aten.{name}.default in select_decomp_table() is True"
+        )
+    from torch._decomp import core_aten_decompositions
+
+    name = missing[0]
+    if ops[name] in core_aten_decompositions():
+        raise Hint(
+            f"{name} is missing: the core table decomposes it, but Inductor's exclusion list "
+            "(decomps_to_exclude, section 2's excerpt) takes it out again and lowers it directly"
+        )
+    raise Hint(
+        f"{name} is missing: it has no decomposition in select_decomp_table() and a lowering "
+        "in `lowerings` (section 3)"
+    )
