@@ -1,0 +1,296 @@
+"""Judges for notebook 07's exercises (BatchNorm and SyncBatchNorm).
+
+The right answers come from the installed torch: `nn.BatchNorm1d` itself for the running
+statistics, `torch.var_mean` on the concatenated batch for the global statistics, and
+`torch.nn.modules._functions.SyncBatchNorm`'s own forward and backward for the sizes of its
+collectives. That autograd function cannot run on CPU (its fused kernels are CUDA code), so
+`syncbn_collective_sizes` runs it with those kernels replaced by small CPU stand-ins and the
+collectives replaced by recorders that stop it at the first call. Worked solutions:
+solutions/nb07.py.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import torch
+from torch import nn
+
+from helpers.exercises import Hint, exercise
+
+# 07.1: running statistics after two training steps on the same batch
+BATCH = [1.0, 2.0, 3.0, 6.0]
+STEPS = 2
+
+
+def running_stats(batch: list[float] = BATCH, steps: int = STEPS) -> tuple[float, float]:
+    """(running_mean, running_var) of a fresh nn.BatchNorm1d(1) after `steps` training forwards."""
+    bn = nn.BatchNorm1d(1)  # momentum 0.1, running_mean 0, running_var 1
+    x = torch.tensor(batch).view(-1, 1)  # (N, C) = (4, 1)
+    for _ in range(steps):
+        bn(x)
+    return bn.running_mean.item(), bn.running_var.item()
+
+
+def _simulate(keep: float, correction: int, var0: float, steps: int) -> tuple[float, float]:
+    """A hand model of the update, to recognise the usual slips (keep = weight of the old value)."""
+    x = torch.tensor(BATCH, dtype=torch.float64)
+    m, v = 0.0, var0
+    for _ in range(steps):
+        m = keep * m + (1 - keep) * x.mean().item()
+        v = keep * v + (1 - keep) * x.var(correction=correction).item()
+    return m, v
+
+
+def _pair(answer: Any, what: str) -> tuple[float, float]:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
+        raise Hint(f"give a pair of numbers: {what}")
+    return float(answer[0]), float(answer[1])
+
+
+def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return all(math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-4) for x, y in zip(a, b, strict=True))
+
+
+@exercise("07.1", "Running statistics after two steps")
+def running_stats_after_two_steps(answer: Any) -> str:
+    found = _pair(answer, "(running_mean, running_var)")
+    truth = running_stats()
+    momentum = nn.BatchNorm1d(1).momentum
+    if _close(found, truth):
+        return (
+            f"running_mean = 0.9 * (0.9 * 0 + 0.1 * 3) + 0.1 * 3 = {truth[0]:.4f}; running_var "
+            f"starts at 1 and moves towards the UNBIASED variance 14/3: {truth[1]:.4f} "
+            "(nn.BatchNorm1d gives the same)"
+        )
+    x = torch.tensor(BATCH, dtype=torch.float64)
+    if _close(found, (x.mean().item(), x.var(correction=1).item())) or _close(
+        found, (x.mean().item(), x.var(correction=0).item())
+    ):
+        raise Hint(
+            "those are the batch statistics; the running ones start at (0, 1) and move only "
+            f"by momentum = {momentum} per step"
+        )
+    slips = [
+        ((1 - momentum, 0, 1.0, STEPS), "running_var is updated with the UNBIASED variance"),
+        ((momentum, 1, 1.0, STEPS), "momentum is the weight of the NEW batch statistic"),
+        ((1 - momentum, 1, 0.0, STEPS), "running_var starts at 1, not 0"),
+        ((1 - momentum, 1, 1.0, 1), "two training forwards make two updates"),
+    ]
+    for args, hint in slips:
+        if _close(found, _simulate(*args)):
+            raise Hint(hint + " (section 1 writes the update out)")
+    if math.isclose(found[0], truth[0], rel_tol=1e-3):
+        raise Hint("running_mean is right; running_var starts at 1 and uses the unbiased variance")
+    raise Hint("apply running = (1 - momentum) * running + momentum * batch_stat twice (section 1)")
+
+
+# 07.2: the global batch statistics from per-rank statistics
+# per rank: (count, mean, biased variance), realised by these values
+RANK_VALUES = [[0.5, 1.5], [2.0, 2.0, 2.0, 4.0, 4.0, 4.0]]
+
+
+def rank_stats() -> list[tuple[int, float, float]]:
+    out = []
+    for v in RANK_VALUES:
+        var, mean = torch.var_mean(torch.tensor(v, dtype=torch.float64), correction=0)
+        out.append((len(v), mean.item(), var.item()))
+    return out
+
+
+@exercise("07.2", "Global mean and variance from per-rank statistics")
+def global_stats(answer: Any) -> str:
+    found = _pair(answer, "(global mean, global biased variance)")
+    whole = torch.tensor(sum(RANK_VALUES, []), dtype=torch.float64)
+    var, mean = torch.var_mean(whole, correction=0)  # BatchNorm on the concatenated batch
+    truth = (mean.item(), var.item())
+    stats = rank_stats()
+    n = sum(c for c, _, _ in stats)
+    if _close(found, truth):
+        return (
+            f"mean = (2 * 1 + 6 * 3) / 8 = {truth[0]}; E[x^2] per rank = var + mean^2, so "
+            f"var = (2 * 1.25 + 6 * 10) / 8 - {truth[0]}^2 = {truth[1]}: the variance includes "
+            "the spread of the rank means, which is why the counts travel with the stats"
+        )
+    mean_of_means = sum(m for _, m, _ in stats) / len(stats)
+    if math.isclose(found[0], mean_of_means):
+        raise Hint("that mean of means ignores the counts: weight each rank's mean by its count")
+    if not math.isclose(found[0], truth[0], rel_tol=1e-3):
+        raise Hint("the global mean is the count-weighted mean of the rank means")
+    weighted_vars = sum(c * v for c, _, v in stats) / n
+    if math.isclose(found[1], weighted_vars, rel_tol=1e-3):
+        raise Hint(
+            "averaging the variances misses the spread of the rank means around the global "
+            "mean: add it, or go through E[x^2] = var + mean^2 per rank"
+        )
+    if math.isclose(found[1], sum(v for _, _, v in stats) / len(stats), rel_tol=1e-3):
+        raise Hint("a plain mean of variances: weight by counts, and add the spread of the means")
+    if math.isclose(found[1], truth[1] * n / (n - 1), rel_tol=1e-3):
+        raise Hint("that is the unbiased variance; BatchNorm normalises with the biased one")
+    raise Hint("mean right; for the variance, E[x^2] - mean^2 over all 8 values")
+
+
+# 07.3: what nn.SyncBatchNorm's collectives carry
+CHANNELS, WORLD = 64, 4
+
+
+class _Stop(Exception):
+    pass
+
+
+def syncbn_collective_sizes(
+    channels: int = CHANNELS, world_size: int = WORLD, backend: str = "gloo"
+) -> dict[str, int]:
+    """Elements in SyncBatchNorm's forward all-gather (sent, held after) and backward all-reduce.
+
+    Runs the installed `torch.nn.modules._functions.SyncBatchNorm.forward`/`backward` up to
+    their first collective, on CPU: `torch.batch_norm_stats` and
+    `torch.batch_norm_backward_reduce` (no CPU kernels) are replaced by stand-ins with the same
+    output shapes, and the collectives record their tensors and stop the function.
+    """
+    import torch.nn.modules._functions as functions
+
+    c = channels
+    x = torch.randn(2, c, 3, 3, generator=torch.Generator().manual_seed(0))  # (N, C, H, W)
+    found: dict[str, int] = {}
+
+    def stats(inp: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        dims = [0, *range(2, inp.dim())]
+        return inp.mean(dims), torch.rsqrt(inp.var(dims, correction=0) + eps)  # (C,), (C,)
+
+    def gather(out_list: list, t: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        found["forward sent"] = t.numel()
+        found["forward held"] = sum(o.numel() for o in out_list)
+        raise _Stop
+
+    def gather_single(out: torch.Tensor, t: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        found["forward sent"], found["forward held"] = t.numel(), out.numel()
+        raise _Stop
+
+    def backward_reduce(*args: Any) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.zeros(c) for _ in range(4))  # sum_dy, sum_dy_xmu, grad w, grad b
+
+    def all_reduce(t: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        found["backward all-reduced"] = t.numel()
+        raise _Stop
+
+    group = SimpleNamespace(_get_backend_name=lambda: backend)
+    fn = functions.SyncBatchNorm
+    ones, zeros = torch.ones(c), torch.zeros(c)
+    with (
+        mock.patch.object(torch, "batch_norm_stats", stats),
+        mock.patch.object(functions.dist, "all_gather", gather),
+        mock.patch.object(functions.dist, "all_gather_single", gather_single),
+    ):
+        try:
+            fn.forward(SimpleNamespace(), x, ones, zeros, zeros, ones, 1e-5, 0.1, group, world_size)
+        except _Stop:
+            pass
+    ctx = SimpleNamespace(
+        saved_tensors=(x, ones, zeros, ones, torch.ones(world_size)),
+        process_group=group,
+        needs_input_grad=(True, True, True),
+    )
+    with (
+        mock.patch.object(torch, "batch_norm_backward_reduce", backward_reduce),
+        mock.patch.object(torch.distributed, "all_reduce", all_reduce),
+    ):
+        try:
+            fn.backward(ctx, torch.ones_like(x))
+        except _Stop:
+            pass
+    return found
+
+
+@exercise("07.3", "What SyncBatchNorm's collectives carry")
+def collective_sizes(answer: Any) -> str:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 3):
+        raise Hint("give three numbers: (sent in forward, held after the gather, all-reduced)")
+    found = tuple(int(a) for a in answer)
+    sizes = syncbn_collective_sizes()
+    truth = (sizes["forward sent"], sizes["forward held"], sizes["backward all-reduced"])
+    c, w = CHANNELS, WORLD
+    if found == truth:
+        return (
+            f"each rank sends [mean (C), invstd (C), count (1)] = 2C + 1 = {truth[0]} numbers, "
+            f"holds W of them after the all-gather = {truth[1]}, and all-reduces "
+            f"[sum_dy (C), sum_dy_xmu (C)] = 2C = {truth[2]} in backward (measured by running "
+            "the installed autograd function up to each collective)"
+        )
+    if found[0] == 2 * c:
+        raise Hint("forward also sends the rank's count: the excerpt's torch.cat has 3 parts")
+    if found[0] == 2 * c + w or found[0] == 3 * c:
+        raise Hint("the count is ONE number per rank (torch.full((1,), ...)), not one per channel")
+    if found[0] != truth[0]:
+        raise Hint("read `combined = torch.cat(...)` in section 4's excerpt: what goes in it?")
+    if found[1] == found[0]:
+        raise Hint("an all-gather leaves every rank with all W ranks' vectors, not only its own")
+    if found[1] != truth[1]:
+        raise Hint("after the all-gather each rank holds W = 4 vectors of 2C + 1")
+    if found[2] in (truth[1], w * 2 * c):
+        raise Hint("backward all-reduces (sums in place), it does not gather: no factor W")
+    if found[2] == 2 * c + 1:
+        raise Hint("backward sends no count: read the torch.cat before the all_reduce in backward")
+    raise Hint("read SyncBatchNorm.backward: which tensor goes into torch.distributed.all_reduce?")
+
+
+# 07.4: the global statistics with one all-reduce, on 2 ranks
+BATCHES = [[1.0, 2.0, 6.0], [4.0]]  # rank 0 holds 3 values, rank 1 one
+
+
+def _calls(fn: Any) -> list[str]:
+    """Names of the functions `fn` calls, in source order (attribute calls by their last name)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    return [
+        c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")
+        for c in calls
+    ]
+
+
+@exercise("07.4", "One all-reduce for the global statistics")
+def one_all_reduce(answer: Any) -> str:
+    from helpers.exercises import launch_source
+
+    if not callable(answer):
+        raise Hint("give the worker function itself, `my_global_stats`, not its result")
+    calls = _calls(answer)
+    gathers = sorted({c for c in calls if "gather" in c})
+    if gathers:
+        raise Hint(f"no {gathers}: pack [sum, sum of squares, count] and call one dist.all_reduce")
+    if calls.count("all_reduce") != 1:
+        raise Hint(
+            f"expected one dist.all_reduce call, found {calls.count('all_reduce')}: pack "
+            "[sum, sum of squares, count] into one tensor"
+        )
+    found = list(launch_source(answer, world_size=len(BATCHES), args=(BATCHES,), timeout_s=60))
+    whole = torch.tensor(sum(BATCHES, []), dtype=torch.float64)
+    var, mean = torch.var_mean(whole, correction=0)
+    truth = (mean.item(), var.item())
+    pairs = [_pair(f, "(mean, biased variance) as floats") for f in found]
+    if all(_close(p, truth) for p in pairs):
+        return (
+            f"every rank gets mean {truth[0]} and biased variance {truth[1]} of all "
+            f"{whole.numel()} values from one all-reduce of [sum, sum of squares, count], as "
+            "helpers.syncbn.global_batch_stats does"
+        )
+    if not all(_close(p, pairs[0]) for p in pairs):
+        raise Hint(f"the ranks disagree: {pairs}; every rank must end with the same numbers")
+    found_mean, found_var = pairs[0]
+    n = whole.numel()
+    if math.isclose(found_mean, sum(sum(b) / len(b) for b in BATCHES) / len(BATCHES)):
+        raise Hint(
+            "that mean is a mean of the rank means: divide the global sum by the global count"
+        )
+    if math.isclose(found_var, truth[1] * n / (n - 1), rel_tol=1e-4):
+        raise Hint("that is the unbiased variance; BatchNorm normalises with the biased one")
+    raise Hint(
+        f"expected {truth} on every rank, found {pairs}: mean = S / n, var = SS / n - mean^2"
+    )
