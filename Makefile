@@ -7,8 +7,13 @@ KERNEL := pytorch-source-reading
 NB ?= notebooks/*.ipynb
 STAMP := $(VENV)/.installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# reveal.js for `make slides` (offline: copied next to the slides), from npm into the venv
+REVEAL_VERSION := 4.6.1
+REVEAL_DIR := $(VENV)/share/reveal.js
+REVEAL_STAMP := $(REVEAL_DIR)/.installed-$(REVEAL_VERSION)
 
-.PHONY: help lab test test-lax unit execute lint bench system-deps slurm-check clean
+.PHONY: help lab test test-lax unit execute lint bench system-deps slides-deps book slides \
+	slurm-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -33,17 +38,27 @@ system-deps: ## install what pip cannot (headless Chromium for the Netron browse
 	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "warning: no chromium and no apt-get: the Netron browser test will be skipped"; fi; }
 
+slides-deps: $(REVEAL_STAMP) ## install reveal.js (npm, pinned) into the venv for `make slides`
+
+$(REVEAL_STAMP): $(STAMP)
+	@if ! command -v npm >/dev/null; then \
+	  echo "warning: no npm (Debian: apt-get install npm): no reveal.js, the slides test will be skipped"; \
+	else \
+	  rm -rf $(REVEAL_DIR) && mkdir -p $(REVEAL_DIR) && \
+	  npm install --prefix $(REVEAL_DIR) --no-save --no-package-lock --no-audit --no-fund \
+	    --loglevel=error reveal.js@$(REVEAL_VERSION) && touch $(REVEAL_STAMP); fi
+
 lab: $(STAMP) ## open the notebooks in JupyterLab at the orientation notebook (http://127.0.0.1:8888)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 $(ROOT_FLAG) \
 		--LabApp.default_url=/lab/tree/00_orientation.ipynb
 
-test: $(STAMP) system-deps ## unit tests + every notebook re-executed and diffed (strict nbval)
+test: $(STAMP) system-deps slides-deps ## unit tests + every notebook re-executed and diffed (strict nbval)
 	$(BIN)/python -m pytest --nbval -q tests notebooks
 
-test-lax: $(STAMP) system-deps ## same, comparing only asserts (GPU machines, other torch versions)
+test-lax: $(STAMP) system-deps slides-deps ## same, comparing only asserts (GPU machines, other torch versions)
 	$(BIN)/python -m pytest --nbval-lax -q tests notebooks
 
-unit: $(STAMP) ## unit tests only
+unit: $(STAMP) slides-deps ## unit tests only
 	$(BIN)/python -m pytest -q tests
 
 # nbconvert stops at a failing cell unless it is tagged raises-exception: tag the cells marked
@@ -58,12 +73,19 @@ execute: $(STAMP) ## re-run notebooks in place to refresh stored outputs (NB=pat
 	  $(BIN)/python -c '$(TAG_RAISES)' $$nb && \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=$(KERNEL) $$nb || exit 1; \
-	  $(BIN)/nbstripout --keep-output --keep-count --keep-id $$nb; \
+	  $(BIN)/nbstripout --keep-output --keep-count --keep-id $$nb && \
+	  $(BIN)/python tools/slides.py apply $$nb || exit 1; \
 	done
 
+book: $(STAMP) ## the rendered book of every notebook from its stored outputs, in _build/book
+	$(BIN)/python tools/book.py --out _build/book
+
+slides: $(STAMP) slides-deps ## reveal.js slides of notebooks (NB=path to pick one) in _build/slides
+	$(BIN)/python tools/slides.py export --out _build/slides $(NB)
+
 lint: $(STAMP) ## ruff over code and notebooks
-	$(BIN)/ruff check src tests benchmarks notebooks conftest.py
-	$(BIN)/ruff format --check src tests benchmarks conftest.py
+	$(BIN)/ruff check src tests benchmarks notebooks solutions tools book conftest.py
+	$(BIN)/ruff format --check src tests benchmarks solutions tools book conftest.py
 
 bench: $(STAMP) ## run every benchmark (JSON lines on stdout)
 	for b in benchmarks/*.py; do echo "# $$b"; $(BIN)/python $$b || exit 1; done
@@ -72,4 +94,4 @@ slurm-check: $(STAMP) ## run slurm/train_ddp.sbatch on a one-host Slurm cluster,
 	slurm/check_local.sh
 
 clean: ## remove the virtual environment and caches
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache _build

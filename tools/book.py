@@ -48,13 +48,20 @@ def stage_notebook(source: Path, target: Path) -> int:
     failed request.
     """
     nb = nbformat.read(source, 4)
+    replaced = drop_live_views(nb)
+    nbformat.write(nb, target)
+    return replaced
+
+
+def drop_live_views(nb) -> int:
+    """Replace, in place, each output that frames a server on this machine by a line of text;
+    returns how many (also used by tools/slides.py)."""
     replaced = 0
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             if LIVE_VIEW.search(str(output.get("data", {}).get("text/html", ""))):
                 output["data"] = {"text/plain": LIVE_VIEW_NOTE}
                 replaced += 1
-    nbformat.write(nb, target)
     return replaced
 
 
