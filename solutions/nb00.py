@@ -19,8 +19,8 @@ SOLUTION_00_1 = F.linear
 #     {op: (has(op, "CPU"), has(op, "CompositeImplicitAutograd")) for op in candidates}
 # relu, addmm and mul.Tensor answer (True, False): a real CPU kernel. linear and matmul answer
 # (False, True): their only kernel is CompositeImplicitAutograd, written in terms of other ATen
-# ops, so `F.linear(x, w)` reaches the dispatcher as aten::linear and comes apart there into
-# aten.t and aten.addmm (make_fx(F.linear) shows it).
+# ops, so `F.linear(x, w, b)` reaches the dispatcher as aten::linear and comes apart there into
+# aten.t and aten.addmm: with w requiring grad, the result's grad_fn is AddmmBackward0.
 SOLUTION_00_2 = {"aten::linear", "aten::matmul"}
 
 # 00.3 The key set of a meta tensor.

@@ -7,6 +7,7 @@ with `torch._dynamo.reset()`, so it forgets what the notebook compiled before.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from helpers.exercises import Hint, exercise
@@ -59,16 +60,24 @@ def _variants() -> dict[str, Any]:
 VARIANTS_02_3 = ["values", "requires_grad", "dtype", "stride", "view", "no_grad"]
 
 
-@exercise("02.1", "Graphs and breaks of a .tolist()")
-def tolist_breaks(answer: Any) -> str:
+@functools.cache
+def _explain_tolist() -> tuple[int, int, str]:
+    """(graph_count, graph_break_count, first break reason) of explain(f_tolist), once."""
     import torch
 
-    if not (isinstance(answer, tuple) and len(answer) == 2):
-        raise Hint("answer with a pair: (graph_count, graph_break_count), as explain reports them")
     torch._dynamo.reset()
     explanation = torch._dynamo.explain(f_tolist)(torch.randn(3), torch.randn(3))
     graphs, breaks = explanation.graph_count, explanation.graph_break_count
     reason = str(explanation.break_reasons[0].reason).splitlines()[0] if breaks else ""
+    return graphs, breaks, reason
+
+
+@exercise("02.1", "Graphs and breaks of a .tolist()")
+def tolist_breaks(answer: Any) -> str:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
+        raise Hint("answer with a pair: (graph_count, graph_break_count), as explain reports them")
+    answer = tuple(answer)
+    graphs, breaks, reason = _explain_tolist()
     if answer == (graphs, breaks):
         return (
             f"{graphs} graphs, {breaks} break ({reason!r}): `.tolist()` needs the values, which "
@@ -94,20 +103,27 @@ def tolist_breaks(answer: Any) -> str:
     raise Hint("run torch._dynamo.explain(f_tolist)(x, y) and read graph_count, graph_break_count")
 
 
-@exercise("02.2", "Compilations for three shapes")
-def shape_recompiles(answer: Any) -> str:
+@functools.cache
+def _frame_counts() -> tuple[int, ...]:
+    """CompileCounter.frame_count after each call of exercise 02.2, measured once."""
     import torch
     from torch._dynamo.testing import CompileCounter
 
-    if not isinstance(answer, (list, tuple)) or len(answer) != len(SHAPES_02_2):
-        raise Hint("answer with a list of three counts: counter.frame_count after each call")
     torch._dynamo.reset()
     counter = CompileCounter()
     compiled = torch.compile(f, backend=counter)
-    truth = []
+    counts = []
     for shape in SHAPES_02_2:
         compiled(torch.randn(shape), torch.randn(shape))
-        truth.append(counter.frame_count)
+        counts.append(counter.frame_count)
+    return tuple(counts)
+
+
+@exercise("02.2", "Compilations for three shapes")
+def shape_recompiles(answer: Any) -> str:
+    if not isinstance(answer, (list, tuple)) or len(answer) != len(SHAPES_02_2):
+        raise Hint("answer with a list of three counts: counter.frame_count after each call")
+    truth = list(_frame_counts())
     if list(answer) == truth:
         return (
             f"{truth}: (4,) fails size=[3] and recompiles with a dynamic size; (5, 1) has two "
@@ -126,18 +142,13 @@ def shape_recompiles(answer: Any) -> str:
     raise Hint("count compilations, not calls: print counter.frame_count after each call")
 
 
-@exercise("02.3", "Which changes recompile")
-def which_recompile(answer: Any) -> str:
+@functools.cache
+def _recompiling_variants() -> frozenset[str]:
+    """The variants of exercise 02.3 whose second call compiles again, measured once."""
     import torch
     from torch._dynamo.testing import CompileCounter
 
-    if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
-        raise Hint(f"answer with a set of names from {VARIANTS_02_3}")
-    given = set(answer)
-    unknown = sorted(given - set(VARIANTS_02_3))
-    if unknown:
-        raise Hint(f"{unknown} are not among the variants {VARIANTS_02_3}")
-    truth = set()
+    recompiled = set()
     for name, make in _variants().items():
         torch._dynamo.reset()
         counter = CompileCounter()
@@ -149,7 +160,19 @@ def which_recompile(answer: Any) -> str:
         else:
             compiled(make())
         if counter.frame_count > 1:
-            truth.add(name)
+            recompiled.add(name)
+    return frozenset(recompiled)
+
+
+@exercise("02.3", "Which changes recompile")
+def which_recompile(answer: Any) -> str:
+    if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
+        raise Hint(f"answer with a set of names from {VARIANTS_02_3}")
+    given = set(answer)
+    unknown = sorted(given - set(VARIANTS_02_3))
+    if unknown:
+        raise Hint(f"{unknown} are not among the variants {VARIANTS_02_3}")
+    truth = set(_recompiling_variants())
     if given == truth:
         return (
             f"{sorted(truth)} recompile: TENSOR_MATCH checks dtype, requires_grad, size and "
