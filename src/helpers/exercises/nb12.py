@@ -67,7 +67,7 @@ def blend_schema(answer: Any) -> str:
     if schema.name != "board::blend":
         raise Hint(f"the operator is board::blend, not {schema.name}")
     refusal = _define(answer.split("::", 1)[1])
-    if "double" in refusal or "double" in answer:
+    if "double" in refusal or re.search(r"\bdouble\b", answer):
         raise Hint(
             "torch.library refuses `double` when it defines the op: schema types are"
             f" TorchScript's, and a C++ double is `float` there (torch says: {refusal})"
