@@ -40,11 +40,18 @@ def my_reduce_scatter(rank, world_size, inputs):
     return mine, chunks[mine].tolist()
 
 
+# 05.5 The master's busy link (1000 float32 elements = 4000 bytes, N = 8).
+# `master_allreduce`: every rank r > 0 sends its whole tensor to rank 0 (rank 0 receives 7 of
+# them: 28000 bytes), rank 0 adds them up and sends the result back to each (rank 1 receives
+# one tensor: 4000 bytes). Rank 0's link carries N-1 = 7 times what rank 1's does.
+ANSWER_05_5 = (7 * 4000, 4000)
+
 SOLUTIONS = {
     "05.1": ANSWER_05_1,
     "05.2": ANSWER_05_2,
     "05.3": ANSWER_05_3,
     "05.4": my_reduce_scatter,
+    "05.5": ANSWER_05_5,
 }
 
 # typical wrong answers (the hint must contain the words given)
@@ -78,5 +85,10 @@ WRONG = {
     "05.4": [
         (_uses_all_reduce, "do not call a collective"),
         (_no_inputs, "takes (rank, world_size, inputs)"),
+    ],
+    "05.5": [
+        ((4000, 4000), "every other rank"),
+        ((28000, 28000), "only the result"),
+        ((7000, 1000), "elements"),
     ],
 }

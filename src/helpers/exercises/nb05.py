@@ -185,3 +185,35 @@ def reduce_scatter_on_p2p(answer: Any) -> str:
         f"right chunks, wrong values: {got}; at each step ADD the received chunk to your own "
         f"copy of it, and send the chunk you completed the step before"
     )
+
+
+# 05.5: the master's bottleneck, in bytes
+MASTER_WORLD = 8
+
+
+@exercise("05.5", "The master's busy link")
+def master_bytes(answer: Any) -> str:
+    if not (isinstance(answer, tuple) and len(answer) == 2):
+        raise Hint("give a pair: (bytes rank 0 receives, bytes rank 1 receives)")
+    root, other = (_number(a, "each count of bytes") for a in answer)
+    truth = tuple(
+        ar.expected_p2p("master", NUMEL, ITEMSIZE, MASTER_WORLD, r)["bytes_received"]
+        for r in (0, 1)
+    )
+    nbytes = NUMEL * ITEMSIZE
+    if (root, other) == truth:
+        return (
+            f"rank 0 receives {truth[0]} bytes, N-1 = {MASTER_WORLD - 1} whole tensors, rank 1 "
+            f"only the result ({truth[1]}): the master's link carries N-1 times the traffic of "
+            "any other, which is what the ring spreads out"
+        )
+    if root == other == nbytes:
+        raise Hint("rank 0 receives a whole tensor from EVERY other rank, not just one")
+    if root == other:
+        raise Hint("rank 1 receives only the result from rank 0: one tensor")
+    if root == truth[0] / ITEMSIZE or other == truth[1] / ITEMSIZE:
+        raise Hint(f"that counts elements; a float32 element is {ITEMSIZE} bytes")
+    raise Hint(
+        "read `master_allreduce` (section 2): who sends what to whom, in whole tensors of "
+        f"{nbytes} bytes"
+    )
