@@ -28,7 +28,22 @@ SOLUTION_03_2 = {"aten.sigmoid.default", "aten.mul.Tensor"}
 # them: Inductor lowers them itself. sigmoid is core with no decomposition: lowered directly.
 SOLUTION_03_3 = {"glu", "sigmoid", "clamp_min"}
 
-SOLUTIONS = {"03.1": SOLUTION_03_1, "03.2": SOLUTION_03_2, "03.3": SOLUTION_03_3}
+# 03.4 Which gradients are None.
+# The backward returns one gradient per primal, in the order of the Dynamo graph's inputs:
+# Linear 1 weight, bias, x, Linear 2 weight, bias, y (section 1 found x and y at 2 and 5). With
+# x.requires_grad_() x gets a real gradient (dloss/dx); y does
+# not require grad, so position 5 still holds None:
+#     torch._dynamo.reset(); aot_x = AotGraphs()
+#     torch.compile(loss_fn, backend=aot_x)(x.clone().requires_grad_(), y).backward()
+#     print(aot_x.backward[0].code)   # ... return (..., None)
+SOLUTION_03_4 = [5]
+
+SOLUTIONS = {
+    "03.1": SOLUTION_03_1,
+    "03.2": SOLUTION_03_2,
+    "03.3": SOLUTION_03_3,
+    "03.4": SOLUTION_03_4,
+}
 
 WRONG = {
     "03.1": [
@@ -47,5 +62,11 @@ WRONG = {
         ({"glu", "sigmoid", "clamp_min", "gelu"}, "gelu (core) has an entry"),
         ({"sigmoid", "clamp_min"}, "glu is missing"),
         ({"glu", "sigmoid", "clamp_min", "addmm"}, "not among the candidates"),
+    ],
+    "03.4": [
+        ([2, 5], "section 1's answer"),
+        ([], "y still does not require grad"),
+        ([2], "order of the Dynamo graph's placeholders"),
+        (5, "list of positions"),
     ],
 }

@@ -18,10 +18,11 @@ CANDIDATES_03_3 = ["mse_loss", "gelu", "glu", "sigmoid", "clamp_min", "silu"]
 
 
 @functools.cache
-def _saved(min_cut: bool) -> tuple[str, ...]:
-    """Names the backward receives from the forward: notebook 03's loss_fn, one step.
+def _step(min_cut: bool, x_requires_grad: bool = False) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """One step of notebook 03's loss_fn through AotGraphs: (names the backward receives from
+    the forward, positions of None among the gradients the backward returns).
 
-    Cached: two small compiles per process, however many answers are judged.
+    Cached: a few small compiles per process, however many answers are judged.
     """
     import torch
     import torch.nn.functional as F
@@ -38,8 +39,14 @@ def _saved(min_cut: bool) -> tuple[str, ...]:
 
     torch._dynamo.reset()
     aot = AotGraphs(partition_fn=min_cut_rematerialization_partition if min_cut else None)
-    torch.compile(loss_fn, backend=aot)(torch.randn(5, 4), torch.randn(5, 1)).backward()
-    return tuple(aot.saved_for_backward())
+    x = torch.randn(5, 4, requires_grad=x_requires_grad)
+    torch.compile(loss_fn, backend=aot)(x, torch.randn(5, 1)).backward()
+    grads = aot.backward[0].graph.find_nodes(op="output")[0].args[0]
+    return tuple(aot.saved_for_backward()), tuple(i for i, g in enumerate(grads) if g is None)
+
+
+def _saved(min_cut: bool) -> tuple[str, ...]:
+    return _step(min_cut)[0]
 
 
 @exercise("03.1", "Saved for backward by the min-cut partitioner")
@@ -164,4 +171,30 @@ def inductor_route(answer: Any) -> str:
     raise Hint(
         f"{name} is missing: it has no decomposition in select_decomp_table() and a lowering "
         "in `lowerings` (section 3)"
+    )
+
+
+@exercise("03.4", "Which gradients are None")
+def none_gradients(answer: Any) -> str:
+    if isinstance(answer, (str, int)) or not isinstance(answer, (list, tuple)):
+        raise Hint("answer with a list of positions (ints) in the backward's output tuple")
+    _, truth = _step(False, x_requires_grad=True)
+    _, before = _step(False)
+    given = list(answer)
+    if given == list(truth):
+        return (
+            f"None only at {list(truth)}: the backward returns one gradient per primal, in the "
+            "order of the graph's inputs; x now requires grad and gets a real gradient, y still "
+            "gets None"
+        )
+    if given == list(before):
+        raise Hint(
+            "that is section 1's answer, where x did not require grad; here it does, so its "
+            "slot holds a gradient"
+        )
+    if not given:
+        raise Hint("y still does not require grad: its slot holds None")
+    raise Hint(
+        "the slots follow the order of the Dynamo graph's placeholders (section 1 found x and y "
+        "there): print aot.backward[0].code and read its return line"
     )
