@@ -50,5 +50,7 @@ html_theme_options = {
     "show_navbar_depth": 1,
 }
 pygments_style = "default"
+html_static_path = ["_static"]  # relative to this folder (the -c folder), not the staging
+html_css_files = ["book.css"]
 # The theme's mode script logs a console error when no default mode is set
 html_context = {"default_mode": "light"}
