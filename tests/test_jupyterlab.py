@@ -248,7 +248,10 @@ def run_ring_viewer(page, url: str) -> tuple[tuple[str, str], tuple[str, str]]:
 
     Returns (slider readout, viewer text) before and after the move.
     """
-    page.goto(f"{url}/lab/tree/05_ring_viewer.ipynb")
+    # from the file browser, as a reader would (no page reload: the app is already loaded)
+    name = "05_ring_viewer.ipynb"
+    _wait(page, f".jp-DirListing-item[title*='{name}']", f"the file browser never listed {name}")
+    page.locator(f".jp-DirListing-item[title*='{name}']").dblclick()
     _wait(page, ".jp-mod-current[title*='05_ring_viewer']", "notebook 05 (cut) never opened")
     _wait(page, CURRENT + " .jp-Cell", "notebook 05 (cut) opened but its cells never rendered")
     page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
