@@ -86,7 +86,7 @@ def stage(staging: Path, lang: str = "en") -> Path:
     return staging
 
 
-def build(out: Path, lang: str = "en", jobs: str = "1", quiet: bool = True) -> float:
+def build(out: Path, lang: str = "en", jobs: str = "auto", quiet: bool = True) -> float:
     """Stage and build the HTML book into `out`; returns the build's seconds.
 
     Raises CalledProcessError (with Sphinx's output) when Sphinx fails or warns: a warning is a
@@ -106,7 +106,7 @@ def build(out: Path, lang: str = "en", jobs: str = "1", quiet: bool = True) -> f
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "_build" / "book")
-    parser.add_argument("--jobs", default="1", help="Sphinx -j (a number or auto)")
+    parser.add_argument("--jobs", default="auto", help="Sphinx -j (a number or auto)")
     args = parser.parse_args(argv)
     try:
         seconds = build(args.out.resolve(), jobs=args.jobs, quiet=True)
