@@ -134,6 +134,8 @@ def jupyterlab(tmp: Path, user_settings: dict | None = None, page_config: dict |
     env["JUPYTERLAB_WORKSPACES_DIR"] = str(tmp / "workspaces")
     env["JUPYTER_RUNTIME_DIR"] = str(tmp / "runtime")
     env["IPYTHONDIR"] = str(tmp / "ipython")
+    env["JUPYTER_DATA_DIR"] = str(tmp / "data")  # user data (notebook signatures); the
+    # venv's kernel spec and lab extensions are in sys.prefix and still found
     for plugin, values in (user_settings or {}).items():
         package, name = plugin.split(":")
         target = tmp / "user-settings" / package / f"{name}.jupyterlab-settings"
@@ -243,10 +245,32 @@ VIEWER_STATE = """() => {
 }"""
 
 
-def run_ring_viewer(page, url: str) -> tuple[tuple[str, str], tuple[str, str]]:
+# the ring viewer's DOM hooks (helpers.allreduce.ring_step_viewer's docstring names them)
+VIEW_STATE = """() => {
+  const view = document.querySelector('.ring-step-view');
+  const svg = view && view.querySelector('svg.ring-svg');
+  const text = view && view.querySelector('.ring-step-text');
+  return {
+    readout: document.querySelector('.ring-step-slider .widget-readout')?.innerText ?? null,
+    text: text ? text.innerText : null,
+    svg_step: svg ? svg.getAttribute('data-step') : null,
+    transfers: svg ? Array.from(svg.querySelectorAll('g.transfer'), g =>
+      `r${g.dataset.from} -c${g.dataset.chunk}-> r${g.dataset.to}`) : null,
+  };
+}"""
+
+
+def _click(locator, what: str) -> None:
+    try:
+        locator.click(timeout=PAGE_TIMEOUT_S * 1000)
+    except PlaywrightTimeout:
+        raise AssertionError(f"{what} never appeared within {PAGE_TIMEOUT_S:.0f} s") from None
+
+
+def run_ring_viewer(page) -> tuple[dict, dict]:
     """Open the cut notebook 05, run all cells, move the slider one step.
 
-    Returns (slider readout, viewer text) before and after the move.
+    Returns what the viewer shows (`VIEW_STATE`) before and after the move.
     """
     # from the file browser, as a reader would (no page reload: the app is already loaded)
     name = "05_ring_viewer.ipynb"
@@ -254,8 +278,8 @@ def run_ring_viewer(page, url: str) -> tuple[tuple[str, str], tuple[str, str]]:
     page.locator(f".jp-DirListing-item[title*='{name}']").dblclick()
     _wait(page, ".jp-mod-current[title*='05_ring_viewer']", "notebook 05 (cut) never opened")
     _wait(page, CURRENT + " .jp-Cell", "notebook 05 (cut) opened but its cells never rendered")
-    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
+    _click(page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")), "the Run menu")
+    _click(page.locator(".lm-Menu-item[data-command='runmenu:run-all']"), "Run > Run All Cells")
     # the viewer's output is either the rendered slider or, with no widget manager, the
     # text/plain twin "VBox(children=(IntSlider(...": wait for whichever comes first
     try:
@@ -274,25 +298,22 @@ def run_ring_viewer(page, url: str) -> tuple[tuple[str, str], tuple[str, str]]:
             "`jupyter labextension list` shows it); the viewer's output shows "
             f"{shown[:80]!r}"
         )
-    output = page.locator(".jp-OutputArea-output", has=page.locator(".widget-slider"))
-    view, readout = output.locator(".widget-html-content"), output.locator(".widget-readout")
-    before = (readout.inner_text(), view.inner_text())
-    output.locator(".noUi-handle").focus()
+    before = page.evaluate(VIEW_STATE)
+    page.locator(".ring-step-slider .noUi-handle").focus()
     page.keyboard.press("ArrowRight")
     try:
         page.wait_for_function(
-            "before => document.querySelector('.jp-OutputArea-output .widget-html-content')"
-            ".innerText !== before",
-            arg=before[1],
+            f"before => ({VIEW_STATE})().text !== before",
+            arg=before["text"],
             timeout=PAGE_TIMEOUT_S * 1000,
         )
     except PlaywrightTimeout:
         raise AssertionError(
-            f"the slider moved (readout {before[0]!r} -> {readout.inner_text()!r}) but the "
-            "viewer's content did not change: the kernel side of the widget (slider.observe) "
-            "did not answer"
+            f"the slider moved (readout {before['readout']!r} -> "
+            f"{page.evaluate(VIEW_STATE)['readout']!r}) but the viewer's content did not "
+            "change: the kernel side of the widget (slider.observe) did not answer"
         ) from None
-    return before, (readout.inner_text(), view.inner_text())
+    return before, page.evaluate(VIEW_STATE)
 
 
 def test_lab_landing_and_ring_viewer(browser, tmp_path: Path) -> None:
@@ -300,13 +321,23 @@ def test_lab_landing_and_ring_viewer(browser, tmp_path: Path) -> None:
     with jupyterlab(tmp_path) as (url, token):
         page = browser.new_page()
         check_landing(page, url, token, default_url)
-        before, after = run_ring_viewer(page, url)
-    assert before[0] == "0" and after[0] == "1", (
-        f"slider readout: expected 0 then 1, found {before[0]!r} then {after[0]!r}"
-    )
-    assert before[1].strip() and after[1] != before[1], (
-        f"viewer: expected new content, found {before[1]!r} then {after[1]!r}"
-    )
+        before, after = run_ring_viewer(page)
+    for step, shown in enumerate((before, after)):
+        assert shown["readout"] == str(step) and shown["svg_step"] == str(step), (
+            f"ring viewer at step {step}: expected the readout and the picture's data-step to "
+            f"say {step}, found {shown}"
+        )
+        assert shown["text"] and shown["text"].startswith(f"step {step} of"), (
+            f"ring viewer at step {step}: expected its text to start 'step {step} of', "
+            f"found {shown['text']!r}"
+        )
+        # the picture's arrows are the sends the text lists ("r0 -c0-> r1": rank, chunk, rank)
+        sends = re.findall(r"r\d+ -c\d+-> r\d+", shown["text"])
+        assert sorted(shown["transfers"] or []) == sorted(sends), (
+            f"ring viewer at step {step}: expected the picture's arrows to be the sends {sends}, "
+            f"found {shown['transfers']}"
+        )
+    assert after["transfers"], f"step 1 should send chunks, the picture shows {after}"
 
 
 def test_lab_failures_are_detected(browser, tmp_path: Path) -> None:
@@ -319,4 +350,4 @@ def test_lab_failures_are_detected(browser, tmp_path: Path) -> None:
         with pytest.raises(AssertionError, match="news prompt"):
             check_landing(page, url, token, default_url)
         with pytest.raises(AssertionError, match="widgets are not rendering"):
-            run_ring_viewer(page, url)
+            run_ring_viewer(page)
