@@ -12,8 +12,10 @@ its path, so no browser is downloaded. Without chromium the tests are skipped, e
 
 `test_lab_landing_and_ring_viewer`: the default URL opens `00_orientation.ipynb` and no news
 prompt appears; then a copy of notebook 05 cut to its setup cell, its `helpers.allreduce`
-import and its ring-viewer section is run with Run > Run All Cells in the project kernel; the
-slider renders, and moving it changes what the viewer shows.
+import and its ring-viewer section is opened from the file browser and run with Run > Run All
+Cells in the project kernel; the slider renders, and one step of the slider moves the viewer from
+step 0 to step 1: its text, its picture's `data-step`, and the picture's arrows, which must be the
+sends that the text lists.
 
 `test_lab_failures_are_detected`: the same checks against a lab with the widget manager
 extension disabled and the news setting back at "ask": both failures are reported, by the same
