@@ -99,7 +99,12 @@ def test_landing_page_lists_every_notebook_in_order(site) -> None:
     expected = [nb.stem for nb in book.notebooks()]
     assert len(expected) >= 15, f"expected at least 15 notebooks, found {expected}"
     assert listed == expected, f"reading order: expected {expected}, the landing lists {listed}"
-    for path in ("torch.compile, 90 minutes", "Distributed training, 90 minutes", "ONNX, 60"):
+    paths = (
+        "torch.compile, 90 minutes",
+        "Distributed training, 90 minutes",
+        "ONNX and deployment, 60",
+    )
+    for path in paths:
         assert path in html, f"course path {path!r} missing from the landing page"
     assert 'href="docs/teaching.html"' in html, "the landing page does not link the teaching guide"
 
