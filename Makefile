@@ -12,7 +12,7 @@ REVEAL_VERSION := 4.6.1
 REVEAL_DIR := $(VENV)/share/reveal.js
 REVEAL_STAMP := $(REVEAL_DIR)/.installed-$(REVEAL_VERSION)
 
-.PHONY: help lab test test-lax unit execute lint bench system-deps slides-deps book slides \
+.PHONY: help lab test test-lax unit execute zh lint bench system-deps slides-deps book slides \
 	slurm-check clean
 
 help: ## list the targets
@@ -30,17 +30,21 @@ $(STAMP): requirements.txt pyproject.toml
 		> $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $(STAMP)
 
-system-deps: ## install what pip cannot (headless Chromium for the Netron browser test)
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+# Debian packages: headless Chromium (the browser tests) and npm (reveal.js for the slides)
+APT_NEEDS = $(if $(shell command -v chromium || command -v chromium-browser),,chromium) \
+	$(if $(shell command -v npm),,npm)
+
+system-deps: ## install what pip cannot (headless Chromium for the browser tests, npm for reveal.js)
+	@[ -z "$(strip $(APT_NEEDS))" ] || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_NEEDS) >/dev/null; \
 	  elif command -v sudo >/dev/null && command -v apt-get >/dev/null; then \
-	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else echo "warning: no chromium and no apt-get: the Netron browser test will be skipped"; fi; }
+	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_NEEDS) >/dev/null; \
+	  else echo "warning: cannot install $(APT_NEEDS) without apt-get: the browser and slides tests will be skipped"; fi; }
 
 slides-deps: $(REVEAL_STAMP) ## install reveal.js (npm, pinned) into the venv for `make slides`
 
-$(REVEAL_STAMP): $(STAMP)
+$(REVEAL_STAMP): $(STAMP) | system-deps
 	@if ! command -v npm >/dev/null; then \
 	  echo "warning: no npm (Debian: apt-get install npm): no reveal.js, the slides test will be skipped"; \
 	else \
@@ -72,10 +76,15 @@ execute: $(STAMP) ## re-run notebooks in place to refresh stored outputs (NB=pat
 	for nb in $(NB); do \
 	  $(BIN)/python -c '$(TAG_RAISES)' $$nb && \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=$(KERNEL) $$nb || exit 1; \
+	    --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=$(KERNEL) \
+	    --CoalesceStreamsPreprocessor.enabled=True $$nb || exit 1; \
 	  $(BIN)/nbstripout --keep-output --keep-count --keep-id $$nb && \
 	  $(BIN)/python tools/slides.py apply $$nb || exit 1; \
 	done
+	$(BIN)/python tools/zh.py build  # the Chinese twins carry the same code and outputs
+
+zh: $(STAMP) ## sync the Chinese catalogs (locale/zh) with the English notebooks, regenerate notebooks/zh
+	$(BIN)/python tools/zh.py all
 
 book: $(STAMP) ## the rendered book of every notebook from its stored outputs, in _build/book
 	$(BIN)/python tools/book.py --out _build/book
