@@ -123,6 +123,13 @@ def _descendants(pid: int) -> list[int]:
 def jupyterlab(tmp: Path, user_settings: dict | None = None, page_config: dict | None = None):
     """Start JupyterLab like `make lab` over a copy of the notebooks; yield (url, token)."""
     notebook_dir, default_url = make_lab_flags()
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().find_kernel_specs()
+    assert KERNEL in specs, (
+        f"the project kernel {KERNEL!r} is not installed (found {sorted(specs)}): `make lab` or "
+        "`make test` installs it (ipykernel install --sys-prefix)"
+    )
     served = tmp / "notebooks"
     served.mkdir()
     orientation = default_url.rsplit("/", 1)[1]
