@@ -7,6 +7,12 @@ The source folder is not this one: `tools/book.py` stages a copy of the reposito
 notebooks) resolve in the book too. A second language is a second staging folder built with
 `-D language=<code>` into a subfolder of the output: nothing here names the notebooks.
 
+The language switch on every page (issue 15) links the same page in the other edition.
+`tools/book.py` tells each build where that edition is and which pages it has, as `html_context`
+values (`sphinx-build -A`): `peer_prefix` (the other edition's root, relative to this one's root:
+`zh/` from English, `../` from Chinese), `peer_docs` (its page names, comma-separated),
+`peer_label` and `peer_lang`. A page the other edition lacks links to its landing page.
+
 Notebooks are rendered from their stored outputs (`nb_execution_mode = "off"`): the book shows
 what CI checked. The build must work offline, so nothing here loads a script from a CDN.
 """
@@ -48,9 +54,49 @@ html_theme_options = {
     "use_repository_button": False,
     "home_page_in_toc": True,
     "show_navbar_depth": 1,
+    # the language switch first, then the theme's own buttons (its default for this slot)
+    "article_header_end": ["lang-switch.html", "article-header-buttons.html"],
 }
 pygments_style = "default"
+templates_path = ["_templates"]  # relative to this folder, like html_static_path
 html_static_path = ["_static"]  # relative to this folder (the -c folder), not the staging
 html_css_files = ["book.css"]
 # The theme's mode script logs a console error when no default mode is set
 html_context = {"default_mode": "light"}
+
+
+def _language_switch(app, pagename, templatename, context, doctree) -> None:
+    """Give the page `lang_switch_url`: its counterpart in the other edition (or that edition's
+    landing page), relative to this page, so the site works from any folder or server."""
+    peer = app.config.html_context
+    context["lang_switch_url"] = ""
+    if not peer.get("peer_prefix"):
+        return  # a one-language build: no switch
+    target = pagename if pagename in peer["peer_docs"].split(",") else app.config.root_doc
+    up = "../" * pagename.count("/")
+    context["lang_switch_url"] = f"{up}{peer['peer_prefix']}{target}.html"
+    context["lang_switch_label"] = peer["peer_label"]
+    context["lang_switch_hreflang"] = peer["peer_lang"]
+    context["lang_switch_title"] = peer.get("peer_title", peer["peer_label"])
+
+
+def _chinese_search():
+    """Sphinx 9.0.4's Chinese search language, with its JavaScript stemmer named right.
+
+    `SearchChinese` stems Latin words with `english-stemmer.js` (which defines `EnglishStemmer`),
+    but `get_js_stemmer_code` names the stemmer after `language_name`: every Chinese page's
+    `language_data.js` ends `window.Stemmer = ChineseStemmer;`, an uncaught ReferenceError, and
+    search finds nothing. The word splitting (jieba when installed, else Latin words only) is
+    Sphinx's own.
+    """
+    from sphinx.search.zh import SearchChinese
+
+    class Chinese(SearchChinese):
+        language_name = "English"  # only names the JS stemmer class (english-stemmer.js)
+
+    return Chinese
+
+
+def setup(app) -> None:
+    app.connect("html-page-context", _language_switch)
+    app.add_search_language(_chinese_search())

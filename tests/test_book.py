@@ -1,12 +1,15 @@
-"""The rendered book (`make book`, tools/book.py): built once into a temporary folder from the
-stored notebooks, served on 127.0.0.1 and opened page by page in headless Chromium.
+"""The rendered book (`make book`, tools/book.py): both editions (English at the root, Chinese
+under zh/) built once into a temporary folder from the stored notebooks, served on 127.0.0.1 and
+opened page by page in headless Chromium.
 
 Every page loads with no console error, no uncaught exception, no failed load and no request
 leaving 127.0.0.1; shows its title (a notebook's page: the notebook's H1); every internal link
 (same host) and every image resolves (HTTP 200, and the fragment names an element of the target
 page); every image output stored in a notebook (matplotlib PNGs, SVG pictures) is an image on its
-page that the browser decoded. The landing page lists every notebook, in reading order, and the
-search page finds a notebook.
+page that the browser decoded. Every page of each edition shows the language switch, and its
+target loads (HTTP 200) and is the same page in the other edition (a notebook: the one with the
+same number), or that edition's landing page when it has no such page. Each landing page lists
+every notebook of its language, in reading order, and each edition's search page finds a notebook.
 """
 
 from __future__ import annotations
@@ -23,6 +26,16 @@ from static_site import HOST, chromium, http_status, serve, visit
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE_MIMES = ("image/svg+xml", "image/png", "image/jpeg")
+LANGS = ("en", "zh")
+# what each landing page must name: its course paths (book/index.md, book/index.zh.md)
+COURSE_PATHS = {
+    "en": (
+        "torch.compile, 90 minutes",
+        "Distributed training, 90 minutes",
+        "ONNX and deployment, 60",
+    ),
+    "zh": ("torch.compile，90 分钟", "分布式训练，90 分钟", "ONNX 与部署，60 分钟"),
+}
 
 
 def _load_tool(name: str):
@@ -34,7 +47,8 @@ def _load_tool(name: str):
 
 book = _load_tool("book")
 
-# what a page shows: its H1 (without the permalink mark), links, images and how they decoded
+# what a page shows: its H1 (without the permalink mark), the language switch, links, images and
+# how they decoded
 PAGE_STATE = """() => {
   const h1 = document.querySelector('article h1') || document.querySelector('h1');
   let title = '';
@@ -44,8 +58,11 @@ PAGE_STATE = """() => {
     title = copy.textContent.trim();
   }
   const visible = h1 ? h1.getBoundingClientRect().height > 0 : false;
+  const sw = document.querySelector('a.lang-switch');
   return {
     title, visible,
+    langSwitch: sw ? {href: sw.href, text: sw.textContent.trim(),
+                      shown: sw.getBoundingClientRect().height > 0} : null,
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     images: Array.from(document.querySelectorAll('img')).map(i => ({
       src: i.currentSrc || i.src, ok: i.complete && i.naturalWidth > 0,
@@ -56,9 +73,9 @@ PAGE_STATE = """() => {
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory):
-    """The book, built once for this module; yields (output folder, base URL)."""
+    """The book (both editions), built once for this module; yields (site folder, base URL)."""
     out = tmp_path_factory.mktemp("book") / "html"
-    book.build(out)
+    book.build(out, both=True)
     with serve(out) as base:
         yield out, base
 
@@ -90,39 +107,45 @@ def _ids(html: str) -> set[str]:
     return set(re.findall(r'\sid="([^"]+)"', html))
 
 
-def test_landing_page_lists_every_notebook_in_order(site) -> None:
+@pytest.mark.parametrize("lang", LANGS)
+def test_landing_page_lists_every_notebook_in_order(site, lang: str) -> None:
     out, _ = site
-    html = (out / "index.html").read_text()
+    edition = book.EDITIONS[lang]
+    html = (out / edition.subfolder / "index.html").read_text()
     section = re.search(r'<section id="reading-order">(.*?)</section>', html, re.S)
-    assert section, "the landing page has no 'Reading order' section"
+    assert section, f"the {lang} landing page has no 'Reading order' section"
     listed = re.findall(r'href="notebooks/([^"#]+)\.html"', section.group(1))
-    expected = [nb.stem for nb in book.notebooks()]
-    assert len(expected) >= 15, f"expected at least 15 notebooks, found {expected}"
-    assert listed == expected, f"reading order: expected {expected}, the landing lists {listed}"
-    paths = (
-        "torch.compile, 90 minutes",
-        "Distributed training, 90 minutes",
-        "ONNX and deployment, 60",
+    expected = [nb.stem for nb in book.notebooks(lang)]
+    assert len(expected) >= 15, f"expected at least 15 {lang} notebooks, found {expected}"
+    assert listed == expected, f"{lang} reading order: expected {expected}, landing lists {listed}"
+    for path in COURSE_PATHS[lang]:
+        assert path in html, f"course path {path!r} missing from the {lang} landing page"
+    assert 'href="docs/teaching.html"' in html, (
+        f"the {lang} landing does not link the teaching guide"
     )
-    for path in paths:
-        assert path in html, f"course path {path!r} missing from the landing page"
-    assert 'href="docs/teaching.html"' in html, "the landing page does not link the teaching guide"
 
 
-def test_every_page_loads_cleanly_and_its_links_resolve(site, browser) -> None:
+def _number(title: str) -> str:
+    """A notebook page's number, from its H1 ("06 · Inside DistributedDataParallel")."""
+    return title.split()[0] if title[:2].isdigit() else ""
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_page_loads_cleanly_and_its_links_resolve(site, browser, lang: str) -> None:
     out, base = site
-    # every page of the site (not the theme's template fragments under _static/)
-    pages = sorted(
-        rel
-        for p in out.glob("**/*.html")
-        if not (rel := p.relative_to(out).as_posix()).startswith("_")
-    )
-    titles = {f"notebooks/{nb.stem}.html": _title(nb) for nb in book.notebooks()}
+    edition = book.EDITIONS[lang]
+    other = next(e for e in book.EDITIONS.values() if e is not edition)
+    root = urljoin(base, f"{edition.subfolder}/" if edition.subfolder else "")
+    other_root = urljoin(base, f"{other.subfolder}/" if other.subfolder else "")
+    pages = book.pages(out, edition)
+    other_pages = set(book.pages(out, other))
+    titles = {f"notebooks/{nb.stem}.html": _title(nb) for nb in book.notebooks(lang)}
     assert set(titles) <= set(pages), f"notebook pages missing: {set(titles) - set(pages)}"
     problems: list[str] = []
     targets: dict[str, str] = {}  # internal URL -> the page that refers to it
+    switches: dict[str, str] = {}  # page -> its switch's target
     for rel in pages:
-        url = urljoin(base, rel)
+        url = urljoin(root, rel)
         with visit(browser, url) as (page, record):
             state = page.evaluate(PAGE_STATE)
         problems += [f"{rel}: {p}" for p in record.problems()]
@@ -130,11 +153,20 @@ def test_every_page_loads_cleanly_and_its_links_resolve(site, browser) -> None:
             problems.append(f"{rel}: no visible title (h1 {state['title']!r})")
         if rel in titles and state["title"] != titles[rel]:
             problems.append(f"{rel}: title {state['title']!r}, notebook says {titles[rel]!r}")
+        switch = state["langSwitch"]
+        if not (switch and switch["shown"] and switch["text"] == other.label):
+            problems.append(f"{rel}: no visible language switch labelled {other.label!r}: {switch}")
+        else:
+            expected = urljoin(other_root, rel if rel in other_pages else "index.html")
+            if switch["href"] != expected:
+                problems.append(f"{rel}: the switch leads to {switch['href']}, not {expected}")
+            switches[rel] = switch["href"]
         for img in state["images"]:
             if not img["ok"]:
                 problems.append(f"{rel}: image not decoded: {img['src']}")
         if rel in titles:
-            stored = _image_outputs(out.parent / "book-src" / "en" / rel.replace(".html", ".ipynb"))
+            staged = out.parent / "book-src" / lang / rel.replace(".html", ".ipynb")
+            stored = _image_outputs(staged)
             shown = sum(img["output"] for img in state["images"])
             if shown != stored:
                 problems.append(f"{rel}: {stored} image outputs stored, {shown} shown")
@@ -142,29 +174,52 @@ def test_every_page_loads_cleanly_and_its_links_resolve(site, browser) -> None:
             if urlsplit(link).netloc.split(":")[0] == HOST:
                 targets.setdefault(link, rel)
     html_cache: dict[str, str] = {}
+
+    def html_of(address: str) -> str:
+        if address not in html_cache:
+            with urllib.request.urlopen(address, timeout=30) as response:
+                html_cache[address] = response.read().decode()
+        return html_cache[address]
+
     for link, rel in sorted(targets.items()):
         address, _, fragment = link.partition("#")
         status = http_status(address)
         if status != 200:
             problems.append(f"{rel}: link {link} gives HTTP {status}")
             continue
-        if fragment and address.endswith(".html"):
-            if address not in html_cache:
-                with urllib.request.urlopen(address, timeout=30) as response:
-                    html_cache[address] = response.read().decode()
-            if fragment not in _ids(html_cache[address]):
-                problems.append(f"{rel}: link {link}: no element with id {fragment!r}")
-    assert not problems, f"{len(problems)} problems in the book:\n" + "\n".join(problems[:40])
+        if fragment and address.endswith(".html") and fragment not in _ids(html_of(address)):
+            problems.append(f"{rel}: link {link}: no element with id {fragment!r}")
+    # the switch's target is there, and a notebook's counterpart is the same notebook
+    for rel, href in sorted(switches.items()):
+        status = http_status(href)
+        if status != 200:
+            problems.append(f"{rel}: language switch {href} gives HTTP {status}")
+        elif rel in titles:
+            head = re.search(r"<title>(.*?)</title>", html_of(href), re.S)  # "06 · ... — book"
+            theirs = _number(head.group(1).strip()) if head else ""
+            if theirs != _number(titles[rel]):
+                problems.append(f"{rel}: the switch leads to notebook {theirs!r}, not its twin")
+    assert not problems, f"{len(problems)} problems in the {lang} book:\n" + "\n".join(
+        problems[:40]
+    )
     assert len(targets) > 3 * len(pages), f"only {len(targets)} internal links: were they read?"
+    assert len(switches) == len(pages), f"{len(pages) - len(switches)} pages lack the switch"
 
 
-def test_search_finds_a_notebook(site, browser) -> None:
+@pytest.mark.parametrize("lang", LANGS)
+def test_search_finds_a_notebook(site, browser, lang: str) -> None:
+    """Search works offline in both editions. The Chinese index splits Chinese text only with
+    jieba (not installed: sphinx/search/zh.py then indexes the Latin words only), so the
+    query is an API name that both editions' prose uses."""
     _, base = site
-    url = urljoin(base, "search.html?q=DistributedDataParallel")
+    folder = book.EDITIONS[lang].subfolder
+    url = urljoin(base, f"{folder}/search.html" if folder else "search.html")
+    url += "?q=DistributedDataParallel"
     ready = "document.querySelectorAll('#search-results li, ul.search li').length > 0"
     with visit(browser, url, ready=ready) as (page, record):
         hits = page.eval_on_selector_all(
             "#search-results li a, ul.search li a", "els => els.map(a => a.href)"
         )
     assert not record.problems(), record.problems()
-    assert any("06_ddp_internals" in h for h in hits), f"search hits: {hits[:10]}"
+    prefix = urljoin(base, f"{folder}/notebooks/" if folder else "notebooks/")
+    assert any(h.startswith(prefix + "06_ddp_internals") for h in hits), f"search hits: {hits[:10]}"

@@ -7,9 +7,11 @@ siblings from `book/`, a copy of `notebooks/NN_*.ipynb` and of `docs/*.md` (when
 the same folders as in the repository, so the relative links written for GitHub resolve in the
 book. Notebooks are rendered from their stored outputs: nothing is executed.
 
-A second language (issue 15) is another staging folder built from `notebooks/<lang>/` into
-`<out>/<lang>/` with `-D language=<lang>`: `stage()` and `build()` take the language.
-"""
+Both editions (issue 15) go into one site: English at `<out>/` (the URLs it always had), Chinese
+at `<out>/zh/`, built from `notebooks/zh/` with the landing page `book/index.zh.md` (staged as
+`index.md`) and Sphinx's `language = "zh_CN"`. The two Sphinx runs are independent processes and
+run side by side. Every page carries a switch to the same page in the other edition (`book/conf.py`
+makes the link from the `-A peer_*` values passed here)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 
@@ -27,6 +30,22 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 NOTEBOOKS = ROOT / "notebooks"
 DOCS = ROOT / "docs"
+
+
+class Edition(NamedTuple):
+    """One language of the book: where its notebooks and pages come from and go."""
+
+    lang: str  # notebooks/<lang>/ ("en": notebooks/), book/index.<lang>.md, the output subfolder
+    sphinx_language: str  # Sphinx's `language` (UI strings, search word splitting)
+    subfolder: str  # under the site's root ("" for the root)
+    label: str  # the switch's text, in this language, on the other edition's pages
+    title: str  # html_title
+
+
+EDITIONS = {
+    "en": Edition("en", "en", "", "English", "PyTorch Source Reading"),
+    "zh": Edition("zh", "zh_CN", "zh", "中文", "PyTorch 源码阅读"),
+}
 
 
 def notebooks(lang: str = "en") -> list[Path]:
@@ -70,9 +89,12 @@ def stage(staging: Path, lang: str = "en") -> Path:
     if staging.exists():
         shutil.rmtree(staging)
     (staging / "notebooks").mkdir(parents=True)
-    for path in BOOK.iterdir():
-        if path.suffix == ".md":
-            shutil.copy2(path, staging / path.name)
+    for path in BOOK.glob("*.md"):
+        name, _, suffix = path.name.partition(".")  # index.md, index.zh.md
+        if suffix == "md" and (BOOK / f"{name}.{lang}.md").exists():
+            continue  # this language has its own version of the page
+        if suffix in ("md", f"{lang}.md"):
+            shutil.copy2(path, staging / f"{name}.md")
     for nb in notebooks(lang):
         stage_notebook(nb, staging / "notebooks" / nb.name)
     if DOCS.is_dir():
@@ -86,21 +108,85 @@ def stage(staging: Path, lang: str = "en") -> Path:
     return staging
 
 
-def build(out: Path, lang: str = "en", jobs: str = "auto", quiet: bool = True) -> float:
+def docnames(staging: Path) -> list[str]:
+    """The page names a staged edition will have (Sphinx's docnames, plus its generated pages)."""
+    pages = [
+        p.relative_to(staging).with_suffix("").as_posix()
+        for p in staging.glob("**/*")
+        if p.suffix in (".md", ".ipynb")
+    ]
+    return sorted(pages) + ["genindex", "search"]
+
+
+def sphinx_command(
+    staging: Path,
+    out: Path,
+    edition: Edition,
+    peer: tuple[Edition, Path] | None,
+    jobs: str,
+    quiet: bool,
+) -> list[str]:
+    """The sphinx-build command line of one edition; `peer` is the other edition and its staging
+    (for the language switch), None for a one-language book."""
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-W", "--keep-going"]
+    cmd += ["-j", jobs, "-D", f"language={edition.sphinx_language}", "-E"]
+    cmd += ["-D", f"html_title={edition.title}"]
+    if peer:
+        other, other_staging = peer
+        # the other edition's root, relative to this one's root (editions sit at "" or "<lang>")
+        prefix = f"{other.subfolder}/" if not edition.subfolder else "../"
+        if edition.subfolder and other.subfolder:
+            prefix = f"../{other.subfolder}/"
+        cmd += ["-A", f"peer_prefix={prefix}", "-A", f"peer_label={other.label}"]
+        cmd += ["-A", f"peer_lang={other.sphinx_language.replace('_', '-')}"]
+        cmd += ["-A", f"peer_docs={','.join(docnames(other_staging))}"]
+    if quiet:
+        cmd.append("-q")
+    return cmd + [str(staging), str(out)]
+
+
+def build(
+    out: Path, lang: str = "en", jobs: str = "auto", quiet: bool = True, both: bool = False
+) -> float:
     """Stage and build the HTML book into `out`; returns the build's seconds.
+
+    With `both`, `out` is the site's root: English there and every other edition in its
+    subfolder (`lang` is then ignored), each page with the language switch. Without it, one
+    edition (`lang`) goes into `out` with no switch.
 
     Raises CalledProcessError (with Sphinx's output) when Sphinx fails or warns: a warning is a
     broken link, an unknown cross-reference or an output the book cannot show.
     """
     start = time.monotonic()
-    staging = stage(out.parent / "book-src" / lang, lang)
-    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-c", str(BOOK), "-W", "--keep-going"]
-    cmd += ["-j", jobs, "-D", f"language={lang}", "-E"]
-    if quiet:
-        cmd.append("-q")
-    cmd += [str(staging), str(out)]
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    editions = list(EDITIONS.values()) if both else [EDITIONS[lang]]
+    stagings = {e.lang: stage(out.parent / "book-src" / e.lang, e.lang) for e in editions}
+    runs = []
+    for edition in editions:
+        peer = None
+        if both:
+            other = next(e for e in editions if e is not edition)
+            peer = (other, stagings[other.lang])
+        target = out / edition.subfolder if both else out
+        cmd = sphinx_command(stagings[edition.lang], target, edition, peer, jobs, quiet)
+        runs.append((cmd, subprocess.Popen(cmd, cwd=ROOT)))
+    failed = [(cmd, proc.wait()) for cmd, proc in runs]
+    for cmd, code in failed:
+        if code:
+            raise subprocess.CalledProcessError(code, cmd)
     return time.monotonic() - start
+
+
+def pages(site: Path, edition: Edition) -> list[str]:
+    """An edition's HTML pages in a built site, relative to the edition's folder (the theme's
+    fragments under `_static/` and the other editions' folders left out)."""
+    folder = site / edition.subfolder
+    others = {e.subfolder for e in EDITIONS.values() if e.subfolder and e is not edition}
+    return sorted(
+        rel
+        for p in folder.glob("**/*.html")
+        if not (rel := p.relative_to(folder).as_posix()).startswith("_")
+        and rel.split("/")[0] not in others
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,12 +195,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", default="auto", help="Sphinx -j (a number or auto)")
     args = parser.parse_args(argv)
     try:
-        seconds = build(args.out.resolve(), jobs=args.jobs, quiet=True)
+        seconds = build(args.out.resolve(), jobs=args.jobs, quiet=True, both=True)
     except subprocess.CalledProcessError as err:
         print(f"sphinx-build failed (exit {err.returncode})", file=sys.stderr)
         return 1
-    pages = len(list(args.out.glob("**/*.html")))
-    print(f"book: {pages} HTML files in {args.out} ({seconds:.1f} s)")
+    for edition in EDITIONS.values():
+        count = len(pages(args.out, edition))
+        print(f"book ({edition.lang}): {count} pages in {args.out / edition.subfolder}")
+    print(f"built in {seconds:.1f} s")
     print(f"open {args.out / 'index.html'} (or serve it: python -m http.server -d {args.out})")
     return 0
 
