@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,35 @@ def update(notebook: Path) -> polib.POFile:
     return po
 
 
+_CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+_BLOCK = re.compile(r"\s*([-*+] |\d+\. |\||#|>|```|\$\$)")
+
+
+def join_cjk_lines(text: str) -> str:
+    """Join wrapped lines of a paragraph where the break falls between two Chinese characters.
+
+    Markdown turns a line break inside a paragraph into a space, which Chinese text must not
+    have; the catalogs keep the wrapped lines (readable diffs), the notebooks get joined ones.
+    Lines that start a list item, table row, heading, quote or code block are left alone.
+    """
+    lines = text.split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        prev = out[-1]
+        if (
+            prev.strip()
+            and line.strip()
+            and _CJK.match(prev[-1])
+            and _CJK.match(line.lstrip()[0])
+            and not _BLOCK.match(line)
+            and not re.match(r"\s*(#|\|)", prev)  # a heading or table row stays one line
+        ):
+            out[-1] = prev + line.lstrip()
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def translated(notebook: Path, po: polib.POFile | None = None):
     """The Chinese notebook: the English one with every translated markdown cell replaced."""
     nb = nbformat.read(notebook, 4)
@@ -108,7 +138,7 @@ def translated(notebook: Path, po: polib.POFile | None = None):
     for cell in markdown_cells(zh):
         entry = entries.get(cell.id)
         if entry is not None and entry.msgstr:
-            cell.source = entry.msgstr
+            cell.source = join_cjk_lines(entry.msgstr)
     zh.metadata["language_info"] = dict(nb.metadata.get("language_info", {}))
     zh.metadata["translation"] = {"language": "zh-CN", "source": f"../{notebook.name}"}
     return zh
