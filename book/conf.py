@@ -86,8 +86,9 @@ def _chinese_search():
     `SearchChinese` stems Latin words with `english-stemmer.js` (which defines `EnglishStemmer`),
     but `get_js_stemmer_code` names the stemmer after `language_name`: every Chinese page's
     `language_data.js` ends `window.Stemmer = ChineseStemmer;`, an uncaught ReferenceError, and
-    search finds nothing. The word splitting (jieba when installed, else Latin words only) is
-    Sphinx's own.
+    search finds nothing: https://github.com/sphinx-doc/sphinx/issues/14229, fixed upstream by
+    https://github.com/sphinx-doc/sphinx/pull/14416 (which names it `EnglishStemmer`, as here).
+    The word splitting (jieba when installed, else Latin words only) is Sphinx's own.
     """
     from sphinx.search.zh import SearchChinese
 
