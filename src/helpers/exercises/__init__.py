@@ -31,6 +31,8 @@ import ast
 import importlib
 import importlib.util
 import inspect
+import math
+import numbers
 import sys
 import tempfile
 import textwrap
@@ -39,7 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Hint", "exercise", "check", "judge", "exercises", "launch_source", "NOT_STARTED"]
+__all__ = [
+    "Hint",
+    "exercise",
+    "check",
+    "judge",
+    "exercises",
+    "launch_source",
+    "as_int",
+    "NOT_STARTED",
+]
 
 #: What `check` says about an untouched starter (an answer that is still `...`).
 NOT_STARTED = "replace the `...` in the starter cell above with your answer, then run this cell"
@@ -87,6 +98,22 @@ def exercises(notebook: str) -> dict[str, Exercise]:
     """Every exercise of notebook `notebook` ("05"), by key."""
     importlib.import_module(f"helpers.exercises.nb{notebook}")
     return {k: e for k, e in sorted(_REGISTRY.items()) if k.split(".")[0] == notebook}
+
+
+def as_int(value: Any) -> int | None:
+    """`value` as an int when it is a whole number (7, 7.0, numpy.int64(7)); None otherwise.
+
+    A bool is None here: True is an int to Python, but never a count or a line number.
+    """
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if math.isfinite(f) and f.is_integer():
+            return int(f)
+    return None
 
 
 def _empty_function(fn: Any) -> bool:

@@ -12,7 +12,7 @@ import re
 import textwrap
 from typing import Any
 
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, as_int, exercise
 
 #: The operators exercise 00.2 asks about (the starter cell lists the same ones).
 CANDIDATES_00_2 = ["aten::linear", "aten::relu", "aten::matmul", "aten::addmm", "aten::mul.Tensor"]
@@ -85,6 +85,14 @@ def _kernel_table(ops: list[str]) -> dict[str, dict[str, bool]]:
     return {op: {k: has_kernel(op, k) for k in ("CPU", "CompositeImplicitAutograd")} for op in ops}
 
 
+def _aten(op: Any) -> str:
+    """ "relu", "aten.relu" (the torch.ops spelling) and "aten::relu" all as "aten::relu"."""
+    op = str(op).strip()
+    if op.startswith("aten."):
+        op = op[len("aten.") :]
+    return op if op.startswith("aten::") else f"aten::{op}"
+
+
 @exercise("00.2", "Operators without a CPU kernel")
 def composite_ops(answer: Any) -> str:
     import torch
@@ -92,7 +100,7 @@ def composite_ops(answer: Any) -> str:
 
     if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
         raise Hint("answer with a set of operator names from `candidates`, e.g. {'aten::relu'}")
-    given = {a if str(a).startswith("aten::") else f"aten::{a}" for a in map(str, answer)}
+    given = {_aten(a) for a in answer}
     unknown = sorted(given - set(CANDIDATES_00_2))
     if unknown:
         raise Hint(f"{unknown} are not among the candidates {CANDIDATES_00_2}: pick from those")
@@ -170,8 +178,9 @@ def optimize_line(answer: Any) -> str:
     line = source_view(torch.compile, PATTERN_00_4, before=0, after=0).first_line
     shown = source_view(torch.compile, PATTERN_00_4, before=6, after=7)
     whole = source_view(torch.compile)
-    if not isinstance(answer, int) or isinstance(answer, bool):
+    if as_int(answer) is None:
         raise Hint("answer with a line number (an int), as the excerpt's header gives it")
+    answer = as_int(answer)
     if answer == line:
         return (
             f"line {line} of torch/__init__.py: the permalink's #L{shown.first_line}-"

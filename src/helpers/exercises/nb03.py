@@ -176,11 +176,11 @@ def inductor_route(answer: Any) -> str:
 
 @exercise("03.4", "Which gradients are None")
 def none_gradients(answer: Any) -> str:
-    if isinstance(answer, (str, int)) or not isinstance(answer, (list, tuple)):
+    if isinstance(answer, (str, int)) or not isinstance(answer, (list, tuple, set, frozenset)):
         raise Hint("answer with a list of positions (ints) in the backward's output tuple")
     _, truth = _step(False, x_requires_grad=True)
     _, before = _step(False)
-    given = list(answer)
+    given = sorted(answer) if isinstance(answer, (set, frozenset)) else list(answer)
     if given == list(truth):
         return (
             f"None only at {list(truth)}: the backward returns one gradient per primal, in the "

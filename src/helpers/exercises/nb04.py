@@ -198,6 +198,14 @@ def _calls(fn: Any) -> set[str]:
     return names
 
 
+def _as_list(value: Any) -> Any:
+    """A rank's result as a list of floats (a tensor or a list both work), else as it is."""
+    try:
+        return torch.as_tensor(value, dtype=torch.float64).tolist()
+    except (TypeError, ValueError, RuntimeError):
+        return value
+
+
 @exercise("04.4", "all_reduce from reduce and broadcast")
 def all_reduce_from_reduce_broadcast(answer: Any) -> str:
     if not callable(answer):
@@ -209,7 +217,7 @@ def all_reduce_from_reduce_broadcast(answer: Any) -> str:
     if missing:
         raise Hint(f"the worker must call dist.reduce and dist.broadcast; missing: {missing}")
     world_size = 2
-    found = list(launch_source(answer, world_size=world_size, timeout_s=60))
+    found = [_as_list(f) for f in launch_source(answer, world_size=world_size, timeout_s=60)]
     # rank r starts from [r + 1, 10 * (r + 1)] (the starter's docstring says so)
     truth = [
         float(sum(r + 1 for r in range(world_size))),

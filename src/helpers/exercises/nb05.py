@@ -15,13 +15,15 @@ import textwrap
 from typing import Any
 
 from helpers import allreduce as ar
-from helpers.exercises import Hint, exercise, launch_source
+from helpers.exercises import Hint, as_int, exercise, launch_source
 
 # 05.1: the ring's bytes
 NUMEL, ITEMSIZE, WORLD = 1000, 4, 8
 
 
 def _number(answer: Any, what: str) -> float:
+    if as_int(answer) is not None:  # 7, 7.0 and numpy.int64(7) alike
+        return float(as_int(answer))
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
         raise Hint(f"give {what} as a number, found {type(answer).__name__}")
     return float(answer)
@@ -67,6 +69,8 @@ def _owners_after_reduce_scatter(n: int) -> dict[int, int]:
 
 @exercise("05.2", "Who owns which chunk after the reduce-scatter")
 def reduce_scatter_owners(answer: Any) -> str:
+    if isinstance(answer, (list, tuple)) and len(answer) == RS_RANKS:
+        answer = dict(enumerate(answer))  # [chunk of rank 0, chunk of rank 1, ...]
     if not isinstance(answer, dict):
         raise Hint(f"give a dict {{rank: chunk}} for ranks 0..3, found {type(answer).__name__}")
     truth = _owners_after_reduce_scatter(RS_RANKS)
@@ -193,7 +197,7 @@ MASTER_WORLD = 8
 
 @exercise("05.5", "The master's busy link")
 def master_bytes(answer: Any) -> str:
-    if not (isinstance(answer, tuple) and len(answer) == 2):
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
         raise Hint("give a pair: (bytes rank 0 receives, bytes rank 1 receives)")
     root, other = (_number(a, "each count of bytes") for a in answer)
     truth = tuple(

@@ -108,6 +108,11 @@ def loss_divisor(answer: Any) -> str:
             f"holds {k}x the mean-loss gradient; DDP's all-reduce already averages over the "
             f"{n} ranks, so K is the only factor left."
         )
+    if abs(answer - 1 / truth) < 1e-6:
+        raise Hint(
+            f"{answer} is the multiplier (the loss is multiplied by 1/{round(truth)}); give the"
+            " divisor, the number the loss is divided by"
+        )
     if abs(answer - k * n) < 1e-6:
         raise Hint(
             f"you divided by K x world size = {k * n}: DDP's all-reduce already divides by the "

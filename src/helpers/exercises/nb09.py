@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from helpers import train_ddp
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, as_int, exercise
 from helpers.source import source_view
 
 # 09.2: the scenario (epochs, kill spec rank:epoch with 1-based epochs)
@@ -100,10 +100,10 @@ def replay_attempts(epochs: int = EPOCHS, kill_at: str = KILL_AT) -> list[int]:
 
 @exercise("09.2", "The attempt of each epoch after a kill")
 def attempts_after_kill(answer: Any) -> str:
-    if not isinstance(answer, (list, tuple)) or not all(isinstance(a, int) for a in answer):
+    if not isinstance(answer, (list, tuple)) or any(as_int(a) is None for a in answer):
         raise Hint("give a list of whole numbers, one `attempt` per history record")
     truth = replay_attempts()
-    answer = list(answer)
+    answer = [as_int(a) for a in answer]
     if len(answer) != len(truth):
         raise Hint(
             f"the history holds one record per finished epoch ({EPOCHS}): the interrupted epoch "

@@ -56,6 +56,9 @@ def dynamic_batch(answer: Any) -> str:
             "None leaves every dimension static: the file then fixes the batch to the example's"
             " 2 and ONNX Runtime refuses batch 3 (section 3's second cell)"
         )
+    if isinstance(answer, (tuple, list)) and len(answer) == 1:
+        # torch.export also takes one spec per positional input, in order: forward(self, x)
+        answer = {"x": answer[0]}
     if not isinstance(answer, dict):
         raise Hint(
             "pass a dict keyed by the names of forward's parameters, one spec per input:"
@@ -108,7 +111,9 @@ def dynamic_batch(answer: Any) -> str:
 
 
 def _normalise(op: Any) -> str:
-    op = str(op).strip()
+    op = str(op).strip().removesuffix(".default")
+    if op.startswith("aten."):  # the OpOverload spelling, torch.ops.aten.gelu.default
+        op = "aten::" + op[len("aten.") :]
     return op if "::" in op else f"aten::{op}"
 
 

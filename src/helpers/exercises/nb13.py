@@ -27,6 +27,11 @@ def _close(a: Any, b: float) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 1e-6 * b
 
 
+def _close_enough(a: Any, b: float) -> bool:
+    """Within 1% (a figure rounded to a GB or two decimals of one)."""
+    return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 0.01 * b
+
+
 def bytes_per_rank(numel: int = BIG_NUMEL, world_size: int = BIG_RANKS) -> dict[str, float]:
     """Total bytes per rank (params + grads + optimizer) of each scheme, by `memory_formula`."""
     padded = sharded.padded_numel(numel, world_size)
@@ -46,6 +51,9 @@ def big_model_bytes(answer: Any) -> str:
         a = answer[s]
         if _close(a, truth[s]):
             continue
+        for unit, size, text in (("GB", 1e9, "1e9"), ("GiB", 2**30, "2**30")):
+            if _close_enough(a, truth[s] / size):  # a rounded figure in GB or GiB
+                raise Hint(f"answer in bytes, not GB: {s} = {a} {unit} is {a} x {text} bytes")
         if s == "ddp" and _close(a, truth[s] / n):
             raise Hint("DDP does not shard: every rank holds all 16 bytes per parameter")
         if s == "fsdp2" and _close(a, 16 * p):

@@ -1,0 +1,91 @@
+"""Equivalent forms of right answers pass, and the hints for near misses say what is off.
+
+tests/test_exercises.py feeds every judge its worked solution (solutions/nbNN.py `SOLUTIONS`)
+and its typical wrong answers (`WRONG`). A student may write the same right answer in another
+form: a list for a tuple, 7.0 for 7, a set for a list, "aten.gelu" for "aten::gelu", a worker
+that returns a tensor rather than a list. These cases are built from `SOLUTIONS`, so they follow
+the worked answers when those change.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from torch.export import Dim
+
+from helpers.exercises import as_int, judge
+
+
+def _solution(key: str):
+    return importlib.import_module(f"solutions.nb{key[:2]}").SOLUTIONS[key]
+
+
+def _forms():
+    """(key, an equivalent form of the worked answer) for each form a judge accepts."""
+    s = _solution
+    yield "00.2", sorted(s("00.2"))  # a list
+    yield "00.2", {op.replace("aten::", "aten.") for op in s("00.2")}  # torch.ops spelling
+    yield "00.2", {op.replace("aten::", "") for op in s("00.2")}
+    for key in ("00.4", "01.2", "05.1", "14.3"):
+        yield key, float(s(key))
+        yield key, np.int64(s(key))
+    yield "01.1", list(s("01.1"))
+    yield "01.3", s("01.3").split("output_graph.", 1)[1]  # "OutputGraph.method"
+    yield "01.3", s("01.3").split("_dynamo.", 1)[1]  # "output_graph.OutputGraph.method"
+    yield "03.4", set(s("03.4"))
+    yield "03.4", frozenset(s("03.4"))
+    yield "05.2", [s("05.2")[r] for r in range(4)]  # chunk of rank 0, rank 1, ...
+    yield "05.5", list(s("05.5"))
+    yield "05.5", [float(v) for v in s("05.5")]
+    yield "09.2", [float(a) for a in s("09.2")]
+    yield "09.2", tuple(np.int64(a) for a in s("09.2"))
+    yield "10.1", ({0: Dim("batch")},)  # one spec per positional input, as torch.export takes
+    yield "10.1", [{0: Dim("batch")}]
+    yield "10.2", {op.replace("aten::", "aten.") for op in s("10.2")}
+    yield "10.2", [op.replace("aten::", "aten.") + ".default" for op in s("10.2")]
+
+
+@pytest.mark.parametrize(("key", "form"), list(_forms()), ids=lambda v: repr(v)[:40])
+def test_equivalent_form_is_accepted(key, form):
+    ok, message = judge(key, form)
+    assert ok, f"{key}: {form!r} is the worked answer in another form, judged 'not yet: {message}'"
+
+
+def _near_misses():
+    """(key, a wrong answer, words its hint must contain)."""
+    truth = _solution("13.1")
+    yield "13.1", {k: v / 1e9 for k, v in truth.items()}, "answer in bytes, not GB"
+    yield "13.1", {k: round(v / 2**30, 1) for k, v in truth.items()}, "answer in bytes, not GB"
+    yield "08.2", 1 / _solution("08.2"), "multiplier"
+    yield "10.1", ({1: Dim("batch")},), "dimension 0"  # the tuple form is judged like the dict
+    yield "01.3", "OutputGraph.call_user_compiler", "callee"
+    yield "14.3", True, "whole number"  # a bool is not a count
+    yield "05.2", [s for s in range(4)], "SENDS its own chunk"
+
+
+@pytest.mark.parametrize(("key", "answer", "words"), list(_near_misses()), ids=str)
+def test_near_miss_gets_its_hint(key, answer, words):
+    ok, message = judge(key, answer)
+    assert not ok, f"{key}: {answer!r} is wrong but was judged correct: {message}"
+    assert words in message, f"{key}: the hint for {answer!r} lacks {words!r}: {message}"
+
+
+def test_as_int():
+    found = [as_int(v) for v in (7, 7.0, np.int64(7), np.float32(7.0), True, 7.5, "7", None)]
+    assert found == [7, 7, 7, 7, None, None, None, None], f"as_int gave {found}"
+
+
+def tensor_all_reduce(rank, world_size):
+    """04.4 written to return the tensor itself rather than a list."""
+    t = torch.tensor([rank + 1.0, 10.0 * (rank + 1)])  # noqa: F821 (launch_source's prelude)
+    dist.reduce(t, dst=0, op=dist.ReduceOp.SUM)  # noqa: F821
+    dist.broadcast(t, src=0)  # noqa: F821
+    return t
+
+
+def test_04_4_worker_returning_a_tensor():
+    """The judge runs it on 2 ranks with launch_source, which reads its source from this file."""
+    ok, message = judge("04.4", tensor_all_reduce)
+    assert ok, f"04.4: a worker returning the reduced tensor was judged 'not yet: {message}'"
