@@ -134,9 +134,8 @@ def sphinx_command(
     if peer:
         other, other_staging = peer
         # the other edition's root, relative to this one's root (editions sit at "" or "<lang>")
-        prefix = f"{other.subfolder}/" if not edition.subfolder else "../"
-        if edition.subfolder and other.subfolder:
-            prefix = f"../{other.subfolder}/"
+        up = "../" if edition.subfolder else ""
+        prefix = up + (f"{other.subfolder}/" if other.subfolder else "")
         cmd += ["-A", f"peer_prefix={prefix}", "-A", f"peer_label={other.label}"]
         cmd += ["-A", f"peer_lang={other.sphinx_language.replace('_', '-')}"]
         cmd += ["-A", f"peer_docs={','.join(docnames(other_staging))}"]
