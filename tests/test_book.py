@@ -18,7 +18,7 @@ import importlib.util
 import re
 import urllib.request
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import nbformat
 import pytest
@@ -211,18 +211,23 @@ def test_every_page_loads_cleanly_and_its_links_resolve(site, browser, lang: str
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_search_finds_a_notebook(site, browser, lang: str) -> None:
-    """Search works offline in both editions. The Chinese index splits Chinese text only with
-    jieba (not installed: sphinx/search/zh.py then indexes the Latin words only), so the
-    query is an API name that both editions' prose uses."""
+    """Search works offline in both editions, for an API name and for a word of the edition's
+    own language: the Chinese index splits Chinese text with jieba (sphinx/search/zh.py; without
+    jieba it would index the Latin words only)."""
     _, base = site
     folder = book.EDITIONS[lang].subfolder
-    url = urljoin(base, f"{folder}/search.html" if folder else "search.html")
-    url += "?q=DistributedDataParallel"
-    ready = "document.querySelectorAll('#search-results li, ul.search li').length > 0"
-    with visit(browser, url, ready=ready) as (page, record):
-        hits = page.eval_on_selector_all(
-            "#search-results li a, ul.search li a", "els => els.map(a => a.href)"
-        )
-    assert not record.problems(), record.problems()
-    prefix = urljoin(base, f"{folder}/notebooks/" if folder else "notebooks/")
-    assert any(h.startswith(prefix + "06_ddp_internals") for h in hits), f"search hits: {hits[:10]}"
+    word = {"en": "guard", "zh": "守卫"}[lang]  # notebook 02: Dynamo's guards
+    for query, notebook in (
+        ("DistributedDataParallel", "06_ddp_internals"),
+        (word, "02_dynamo_bytecode_guards_graph_breaks"),
+    ):
+        url = urljoin(base, f"{folder}/search.html" if folder else "search.html")
+        url += "?q=" + quote(query)
+        ready = "document.querySelectorAll('#search-results li, ul.search li').length > 0"
+        with visit(browser, url, ready=ready) as (page, record):
+            hits = page.eval_on_selector_all(
+                "#search-results li a, ul.search li a", "els => els.map(a => a.href)"
+            )
+        assert not record.problems(), record.problems()
+        prefix = urljoin(base, f"{folder}/notebooks/" if folder else "notebooks/")
+        assert any(h.startswith(prefix + notebook) for h in hits), f"{query}: hits {hits[:10]}"
