@@ -189,7 +189,12 @@ def skipped(answer: Any) -> str:
             f"{sorted(truth - given)} also live in torch/nn (MOD_SKIPLIST): "
             "`trace_rules.check` answers True for them"
         )
+    from torch._dynamo import trace_rules
+
+    inlined = sorted(n for n in truth if not trace_rules.check(CANDIDATES[n], is_inlined_call=True))
     return (
         f"{sorted(truth)}: every frame whose code is in torch/nn; Dynamo starts compiling only "
-        "in the frames they call that are not skipped, like Net.forward."
+        "in the frames they call that are not skipped, like Net.forward. Called from a compiled "
+        f"frame, {'they' if inlined == sorted(truth) else inlined} are inlined, not skipped: "
+        "`trace_rules.check(fn, is_inlined_call=True)` is False for them (MOD_INLINELIST)."
     )
