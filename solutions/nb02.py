@@ -85,7 +85,7 @@ WRONG = {
         ({"requires_grad", "dtype", "stride", "view", "no_grad"}, "being a view"),
         ({"requires_grad", "dtype", "stride"}, "grad_mode"),
         ({"requires_grad", "dtype", "no_grad"}, "stride"),
-        ({"dtype", "size"}, "not among the variants"),
+        ({"dtype", "size"}, "not among the candidates"),
     ],
     "02.4": [
         (_g_with_print, "print"),

@@ -48,6 +48,6 @@ WRONG = {
         ({"argparse_namespace", "pathlib_path"}, "_rng_state"),
         ({"argparse_namespace", "numpy_array", "pathlib_path", "python_set"}, "allowlist"),
         ({"numpy_array"}, "2 more refused"),
-        ({"pickle"}, "not in CANDIDATES"),
+        ({"pickle"}, "not among the candidates"),
     ],
 }

@@ -53,6 +53,6 @@ WRONG = {
     "14.4": [
         ({"DistributedDataParallel.forward", "Sequential.forward"}, "MOD_SKIPLIST"),
         (SKIPPED | {"Net.forward"}, "src/helpers"),
-        ({"Module.forward"}, "not in CANDIDATES"),
+        ({"Module.forward"}, "not among the candidates"),
     ],
 }

@@ -100,6 +100,33 @@ def exercises(notebook: str) -> dict[str, Exercise]:
     return {k: e for k, e in sorted(_REGISTRY.items()) if k.split(".")[0] == notebook}
 
 
+def choice_set(
+    answer: Any, candidates: Any, what: str, example: str, normalise: Callable[[Any], Any] = str
+) -> set:
+    """The reader's answer as a set of `candidates` (each item passed through `normalise`).
+
+    Raises Hint when the answer is not a collection (a lone name or number) or names something
+    that is not a candidate, so a judge only compares sets.
+    """
+    if isinstance(answer, (str, bytes, numbers.Number)) or not isinstance(
+        answer, (set, frozenset, list, tuple)
+    ):
+        raise Hint(f"answer with a set of {what}, e.g. {example}")
+    given = {normalise(a) for a in answer}
+    unknown = sorted(given - set(candidates), key=str)
+    if unknown:
+        raise Hint(f"{unknown} are not among the candidates: {list(candidates)}")
+    return given
+
+
+def aten_name(op: Any) -> str:
+    """ "relu", "aten.relu", torch.ops' "aten.relu.default" and "aten::relu" all as "aten::relu"."""
+    op = str(op).strip().removesuffix(".default")
+    if op.startswith("aten."):
+        op = op[len("aten.") :]
+    return op if op.startswith("aten::") else f"aten::{op}"
+
+
 def as_int(value: Any) -> int | None:
     """`value` as an int when it is a whole number (7, 7.0, numpy.int64(7)); None otherwise.
 

@@ -12,7 +12,7 @@ import re
 import textwrap
 from typing import Any
 
-from helpers.exercises import Hint, as_int, exercise
+from helpers.exercises import Hint, as_int, aten_name, choice_set, exercise
 
 #: The operators exercise 00.2 asks about (the starter cell lists the same ones).
 CANDIDATES_00_2 = ["aten::linear", "aten::relu", "aten::matmul", "aten::addmm", "aten::mul.Tensor"]
@@ -85,25 +85,12 @@ def _kernel_table(ops: list[str]) -> dict[str, dict[str, bool]]:
     return {op: {k: has_kernel(op, k) for k in ("CPU", "CompositeImplicitAutograd")} for op in ops}
 
 
-def _aten(op: Any) -> str:
-    """ "relu", "aten.relu" (the torch.ops spelling) and "aten::relu" all as "aten::relu"."""
-    op = str(op).strip()
-    if op.startswith("aten."):
-        op = op[len("aten.") :]
-    return op if op.startswith("aten::") else f"aten::{op}"
-
-
 @exercise("00.2", "Operators without a CPU kernel")
 def composite_ops(answer: Any) -> str:
     import torch
     import torch.nn.functional as F
 
-    if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
-        raise Hint("answer with a set of operator names from `candidates`, e.g. {'aten::relu'}")
-    given = {_aten(a) for a in answer}
-    unknown = sorted(given - set(CANDIDATES_00_2))
-    if unknown:
-        raise Hint(f"{unknown} are not among the candidates {CANDIDATES_00_2}: pick from those")
+    given = choice_set(answer, CANDIDATES_00_2, "operator names", "{'aten::relu'}", aten_name)
     table = _kernel_table(CANDIDATES_00_2)
     truth = {op for op, k in table.items() if not k["CPU"] and k["CompositeImplicitAutograd"]}
     with_cpu = sorted(op for op in given if table[op]["CPU"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, choice_set, exercise
 
 
 def f_tolist(x: Any, y: Any) -> Any:
@@ -166,12 +166,7 @@ def _recompiling_variants() -> frozenset[str]:
 
 @exercise("02.3", "Which changes recompile")
 def which_recompile(answer: Any) -> str:
-    if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
-        raise Hint(f"answer with a set of names from {VARIANTS_02_3}")
-    given = set(answer)
-    unknown = sorted(given - set(VARIANTS_02_3))
-    if unknown:
-        raise Hint(f"{unknown} are not among the variants {VARIANTS_02_3}")
+    given = choice_set(answer, VARIANTS_02_3, "variant names", "{'values'}")
     truth = set(_recompiling_variants())
     if given == truth:
         return (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, choice_set, exercise
 
 #: Exercise 03.3: the ATen ops asked about (all `.default` overloads).
 CANDIDATES_03_3 = ["mse_loss", "gelu", "glu", "sigmoid", "clamp_min", "silu"]
@@ -130,12 +130,7 @@ def inductor_route(answer: Any) -> str:
     from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.lowering import lowerings
 
-    if isinstance(answer, str) or not isinstance(answer, (list, tuple, set)):
-        raise Hint(f"answer with a set of names from {CANDIDATES_03_3}")
-    given = {_packet(a) for a in answer}
-    unknown = sorted(given - set(CANDIDATES_03_3))
-    if unknown:
-        raise Hint(f"{unknown} are not among the candidates {CANDIDATES_03_3}")
+    given = choice_set(answer, CANDIDATES_03_3, "op names", "{'gelu'}", _packet)
     table = select_decomp_table()
     ops = {name: getattr(torch.ops.aten, name).default for name in CANDIDATES_03_3}
     truth = {name for name, op in ops.items() if op not in table and op in lowerings}

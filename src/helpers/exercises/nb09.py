@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from helpers import train_ddp
-from helpers.exercises import Hint, as_int, exercise
+from helpers.exercises import Hint, as_int, choice_set, exercise
 from helpers.source import source_view
 
 # 09.2: the scenario (epochs, kill spec rank:epoch with 1-based epochs)
@@ -207,12 +207,7 @@ def refused_by_weights_only() -> set[str]:
 
 @exercise("09.4", "What weights_only refuses")
 def weights_only_refuses(answer: Any) -> str:
-    if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
-        raise Hint("give a set of names from CANDIDATES")
-    given = set(answer)
-    unknown = given - set(CANDIDATES)
-    if unknown:
-        raise Hint(f"{sorted(unknown)} not in CANDIDATES: {sorted(CANDIDATES)}")
+    given = choice_set(answer, sorted(CANDIDATES), "names from CANDIDATES", "{'tensor'}")
     truth = refused_by_weights_only()
     if "numpy_array" in truth - given:
         raise Hint(

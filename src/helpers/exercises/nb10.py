@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, aten_name, choice_set, exercise
 
 #: The ops exercise 10.2 asks about (ATen names, as the TorchScript registry keys them).
 CANDIDATE_OPS = (
@@ -110,24 +110,12 @@ def dynamic_batch(answer: Any) -> str:
     )
 
 
-def _normalise(op: Any) -> str:
-    op = str(op).strip().removesuffix(".default")
-    if op.startswith("aten."):  # the OpOverload spelling, torch.ops.aten.gelu.default
-        op = "aten::" + op[len("aten.") :]
-    return op if "::" in op else f"aten::{op}"
-
-
 @exercise("10.2", "which ops the TorchScript exporter cannot translate")
 def lacking_symbolics(answer: Any) -> str:
     """`answer` is the set of CANDIDATE_OPS with no TorchScript symbolic at any opset."""
     from helpers.onnx_custom import legacy_symbolic_opsets
 
-    if isinstance(answer, str) or not isinstance(answer, (set, frozenset, list, tuple)):
-        raise Hint('give a set of op names, e.g. {"aten::gelu", ...} (possibly empty: set())')
-    chosen = {_normalise(op) for op in answer}
-    unknown = sorted(chosen - set(CANDIDATE_OPS))
-    if unknown:
-        raise Hint(f"{unknown} are not among the six ops asked about: {list(CANDIDATE_OPS)}")
+    chosen = choice_set(answer, CANDIDATE_OPS, "op names", '{"aten::gelu"} (or set())', aten_name)
     opsets = {op: legacy_symbolic_opsets(op) for op in CANDIDATE_OPS}
     truth = {op for op, found in opsets.items() if not found}
     extra = sorted(chosen - truth)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, choice_set, exercise
 
 #: The inputs exercise 11.3 asks about.
 PROBES = (-1e4, -1e3, -10.0, 1e4)
@@ -143,12 +143,7 @@ def composite_at_minus_1e4(answer: Any) -> str:
 @exercise("11.3", "where the composite loses digits")
 def composite_wrong_inputs(answer: Any) -> str:
     """`answer` is the set of PROBES where the composite is off by more than 1e-3."""
-    if isinstance(answer, (int, float)) or not isinstance(answer, (set, frozenset, list, tuple)):
-        raise Hint("give a set of the inputs, e.g. {-10.0}")
-    chosen = {float(v) for v in answer}
-    unknown = sorted(chosen - set(PROBES))
-    if unknown:
-        raise Hint(f"{unknown} are not among the inputs asked about: {list(PROBES)}")
+    chosen = choice_set(answer, PROBES, "the inputs", "{-10.0}", float)
     got = dict(zip(PROBES, _composite(PROBES), strict=True))
     truth = {x for x, v in got.items() if not abs(v - math.asinh(x)) <= 1e-3}
     if chosen == truth:

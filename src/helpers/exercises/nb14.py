@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers import ddp_compile
-from helpers.exercises import Hint, as_int, exercise
+from helpers.exercises import Hint, as_int, choice_set, exercise
 
 CAP_MB = 2  # 14.1
 PROFILE_CAP_MB, PROFILE_STEPS, PROFILE_ACCUM = 2, 3, 4  # 14.3
@@ -172,12 +172,7 @@ def skipped_frames() -> set[str]:
 
 @exercise("14.4", "Which frames Dynamo skips")
 def skipped(answer: Any) -> str:
-    if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
-        raise Hint("give a set of names from CANDIDATES")
-    given = set(answer)
-    unknown = given - set(CANDIDATES)
-    if unknown:
-        raise Hint(f"{sorted(unknown)} not in CANDIDATES: {sorted(CANDIDATES)}")
+    given = choice_set(answer, sorted(CANDIDATES), "names from CANDIDATES", "{'Net.forward'}")
     truth = skipped_frames()
     if given & {"Net.forward", "ddp_compile.batch"} - truth:
         raise Hint(
