@@ -30,8 +30,9 @@ HOST = "127.0.0.1"
 PAGE_TIMEOUT_S = 60.0  # for a page to load, on a loaded 2-core machine
 
 
-def chromium_path() -> str:
-    """The system Chromium; skip without it, except under CI (`CI` set), where it fails."""
+def chromium_path(test: str = "browser") -> str:
+    """The system Chromium (playwright never downloads one); without it the `test` (named in
+    the message) is skipped, except under CI (`CI` set), where it fails."""
     for name in ("chromium", "chromium-browser"):
         found = shutil.which(name)
         if found:
@@ -40,7 +41,7 @@ def chromium_path() -> str:
         return "/usr/bin/chromium"
     reason = "chromium is not installed (Debian: `apt-get install chromium`, or `make system-deps`)"
     if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"{reason}; CI is set, so the browser tests must run")
+        pytest.fail(f"{reason}; CI is set, so the {test} test must run")
     pytest.skip(reason)
 
 
@@ -81,10 +82,10 @@ def http_status(url: str) -> int:
 
 
 @contextmanager
-def chromium() -> Iterator:
-    """Headless Chromium through playwright."""
+def chromium(test: str = "browser") -> Iterator:
+    """Headless system Chromium through playwright (see `chromium_path`)."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    executable = chromium_path()
+    executable = chromium_path(test)
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=executable, headless=True, args=["--no-sandbox", "--disable-gpu"]

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from static_site import chromium
 
 from helpers.processes import alive, free_port, wait_gone
 
@@ -56,19 +57,6 @@ SERVER_TIMEOUT_S = 60.0  # for the server to answer, on a loaded 2-core machine
 PAGE_TIMEOUT_S = 60.0  # for the lab page, a notebook, its kernel, a widget
 NEWS_WAIT_S = 2.0  # the prompt is emitted once the app is restored; wait a little longer
 CURRENT = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in the visible tab
-
-
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    if Path("/usr/bin/chromium").exists():
-        return "/usr/bin/chromium"
-    reason = "chromium is not installed (Debian: `apt-get install chromium`, or `make system-deps`)"
-    if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"{reason}; CI is set, so the JupyterLab browser test must run")
-    pytest.skip(reason)
 
 
 def make_lab_flags() -> tuple[str, str]:
@@ -199,15 +187,8 @@ def jupyterlab(tmp: Path, user_settings: dict | None = None, page_config: dict |
 @pytest.fixture
 def browser() -> Iterator:
     """Headless Debian Chromium through playwright (no downloaded browser)."""
-    executable = _chromium()
-    with playwright_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with chromium("JupyterLab browser") as launched:
+        yield launched
 
 
 def _wait(page, selector: str, what: str, timeout_s: float = PAGE_TIMEOUT_S):

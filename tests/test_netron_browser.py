@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import subprocess
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 import torch
+from static_site import chromium_path
 
 from helpers.netron_view import NetronView
 from helpers.onnx_tools import export_onnx, list_ops
@@ -40,19 +40,6 @@ CHROMIUM_FLAGS = [
     "--remote-debugging-pipe",
 ]
 TIMEOUT_S = 60.0  # for the page to render, on a loaded 2-core machine
-
-
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    if Path("/usr/bin/chromium").exists():
-        return "/usr/bin/chromium"
-    reason = "chromium is not installed (Debian: `apt-get install chromium`, or `make system-deps`)"
-    if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"{reason}; CI is set, so the Netron browser test must run")
-    pytest.skip(reason)
 
 
 class DevTools:
@@ -203,7 +190,8 @@ def load_netron(browser: DevTools, url: str, expected: set[str], age_days: int =
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory):
-    devtools = DevTools(_chromium(), tmp_path_factory.mktemp("chromium-profile"))
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    devtools = DevTools(chromium_path("Netron browser"), profile)
     try:
         yield devtools
     finally:

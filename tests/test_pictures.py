@@ -10,12 +10,10 @@ module names), so no compile runs here; notebook 01 asserts the stages of a real
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
+from static_site import chromium
 
 from helpers.allreduce import ring_schedule, ring_step_html, simulate_ring
 from helpers.pictures import (
@@ -28,7 +26,6 @@ from helpers.pictures import (
 )
 from helpers.tracing import Recording, Step
 
-CHROMIUM = "/usr/bin/chromium"  # the system browser; playwright never downloads one
 NS = {"s": "http://www.w3.org/2000/svg"}
 SIM4 = simulate_ring([[10**r] * 6 for r in range(4)])  # 4 ranks, chunks of 2, 2, 1, 1
 
@@ -130,29 +127,10 @@ def test_pipeline_svg_highlights_one_stage() -> None:
 # ------------------------------------------------------------------------ rendered in Chromium
 
 
-def _chromium() -> str:
-    """The system Chromium (Debian package `chromium`; playwright never downloads a browser)."""
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    if Path(CHROMIUM).exists():
-        return CHROMIUM
-    reason = "chromium is not installed (Debian: `apt-get install chromium`, or `make system-deps`)"
-    if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"{reason}; CI is set, so the picture browser tests must run")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def page():
-    from playwright.sync_api import sync_playwright
-
-    executable = _chromium()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=["--disable-gpu"])
+    with chromium("picture browser") as browser:
         yield browser.new_page()
-        browser.close()
 
 
 def _rgb(hex_colour: str) -> str:
