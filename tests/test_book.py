@@ -14,7 +14,6 @@ every notebook of its language, in reading order, and each edition's search page
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import urllib.request
 from html.parser import HTMLParser
@@ -24,6 +23,8 @@ from urllib.parse import quote, urljoin, urlsplit
 import nbformat
 import pytest
 from static_site import HOST, chromium, http_status, serve, visit
+
+from tools import book
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE_MIMES = ("image/svg+xml", "image/png", "image/jpeg")
@@ -38,15 +39,6 @@ COURSE_PATHS = {
     "zh": ("torch.compile，90 分钟", "分布式训练，90 分钟", "ONNX 与部署，60 分钟"),
 }
 
-
-def _load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-book = _load_tool("book")
 
 # what a page shows: its H1 (without the permalink mark), the language switch, links, images and
 # how they decoded

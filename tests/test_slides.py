@@ -10,7 +10,6 @@ The rule itself is proven on a small synthetic notebook.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -23,17 +22,11 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from static_site import chromium, serve, visit
 
+from tools import slides
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_tool(name: str):
-    spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-slides = _load_tool("slides")
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 # what the browser shows: reveal's sections, and whether Reveal initialised

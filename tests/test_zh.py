@@ -13,19 +13,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from tools import zh
+
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("zh_tool", ROOT / "tools" / "zh.py")
-zh = importlib.util.module_from_spec(_spec)
-sys.modules["zh_tool"] = zh  # dataclasses look their module up
-_spec.loader.exec_module(zh)
 
 NOTEBOOKS = zh.notebooks()
 IDS = [p.name[:2] for p in NOTEBOOKS]

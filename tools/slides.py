@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import shutil
 import sys
 from pathlib import Path
@@ -158,11 +157,12 @@ def exporter():
 
 
 def _book_module():
-    """tools/book.py (its drop_live_views), loaded by path: tools/ is not a package."""
-    spec = importlib.util.spec_from_file_location("tools_book", ROOT / "tools" / "book.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """tools/book.py (its drop_live_views), also when this file runs as a script."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tools import book
+
+    return book
 
 
 def export(paths: list[Path], out: Path) -> list[Path]:
