@@ -133,3 +133,62 @@ def test_a_second_process_reuses_the_build() -> None:
     assert out.stdout.strip() == "reused build", out.stdout
     assert board_op.build().how == "already loaded"
     assert board_op.source_hash() in board_op.build_directory().name
+
+
+# docs/teaching.md, "Building a C++ extension without a working compiler": the messages it quotes.
+NO_COMPILER = "/nonexistent/g++"
+
+
+def _without_compiler(tmp_path, code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter whose C++ compiler does not exist (CXX), with empty
+    extension and Inductor caches in tmp_path, so that nothing built earlier is reused."""
+    env = child_env()
+    env |= {
+        "CXX": NO_COMPILER,
+        "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def test_the_board_build_without_a_compiler_fails_as_the_guide_says(tmp_path) -> None:
+    code = (
+        "from helpers import board_op\n"
+        "try:\n"
+        "    board_op.build()\n"
+        "except RuntimeError as err:\n"
+        "    print(type(err).__name__ + ': ' + str(err))\n"
+        "else:\n"
+        "    print('built')\n"
+    )
+    out = _without_compiler(tmp_path, code)
+    assert out.returncode == 0, out.stderr
+    name = f"board_upsample_{board_op.source_hash()}"
+    head = f"RuntimeError: Error building extension '{name}': [1/2] {NO_COMPILER} -MMD "
+    assert out.stdout.startswith(head), f"expected {head!r}..., found {out.stdout[:300]!r}"
+    complaint = f"/bin/sh: 1: {NO_COMPILER}: not found"
+    assert complaint in out.stdout, f"expected {complaint!r} in {out.stdout!r}"
+    assert not (tmp_path / "extensions" / name / f"{name}.so").exists(), "a library was built"
+
+
+def test_an_inductor_compile_without_a_compiler_fails_as_the_guide_says(tmp_path) -> None:
+    code = (
+        "import torch\n"
+        "f = torch.compile(lambda x: torch.relu(x) + 1, backend='inductor')\n"
+        "try:\n"
+        "    f(torch.randn(8))\n"
+        "except Exception as err:\n"
+        "    print(type(err).__module__ + '.' + type(err).__name__ + ': ' + str(err))\n"
+        "else:\n"
+        "    print('compiled')\n"
+    )
+    out = _without_compiler(tmp_path, code)
+    assert out.returncode == 0, out.stderr
+    expected = (
+        "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found"
+        f" in torch._inductor.config.cpp.cxx: (None, '{NO_COMPILER}')"
+    )
+    first = out.stdout.splitlines()[0] if out.stdout else ""
+    assert first == expected, f"expected {expected!r}, found {out.stdout[:300]!r}"
