@@ -18,13 +18,18 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers.collectives import (
+    RENAMED_COLLECTIVES,
+    collective_renames,
     collectives_worker,
+    expected_renamed_status,
     host_addresses,
     identity_worker,
     init_method_demo,
     library_mentions,
+    renamed_collectives_status,
 )
 from helpers.launch import launch
 from helpers.processes import LOOPBACK_IFNAME, child_env, is_loopback
@@ -32,6 +37,37 @@ from helpers.source import header_view
 
 HERE = Path(__file__).resolve().parent
 NS_HOST, NS_ADDR = "nshost", "198.18.0.1"
+
+
+def test_renamed_collectives_status_is_what_this_release_does() -> None:
+    """The shared fact of 04, 05 and 13, on whichever torch runs the tests."""
+    found, expected = renamed_collectives_status(), expected_renamed_status()
+    assert found == expected, f"torch {torch.__version__}: expected {expected}, found {found}"
+    for old, r in collective_renames().items():
+        if found[old] == "deprecated":  # the message sends the reader to the replacement
+            assert f"torch.distributed.{RENAMED_COLLECTIVES[old]}" in r["deprecated"]
+        if found[old] == "alias":  # no warning at call time either
+            fn = getattr(torch.distributed, old)
+            assert not hasattr(fn, "__deprecated__") and r["alias_doc"]
+
+
+def test_expected_renamed_status_per_release() -> None:
+    old = dict.fromkeys(RENAMED_COLLECTIVES, "deprecated")
+    assert expected_renamed_status("2.13.0+cpu") == expected_renamed_status("2.14.1") == old
+    new = expected_renamed_status("2.15.0+cu132")
+    assert {k for k, v in new.items() if v == "alias"} == {
+        "reduce_scatter_tensor",
+        "all_gather_into_tensor",
+    }
+    assert {k for k, v in new.items() if v == "deprecated"} == {
+        "_reduce_scatter_base",
+        "_all_gather_base",
+    }
+
+
+def test_renamed_status_names_a_missing_replacement() -> None:
+    with pytest.raises(AssertionError, match="no_such_single: expected"):
+        renamed_collectives_status({"all_gather_into_tensor": "no_such_single"})
 
 
 def test_collectives_worker_results_and_identities() -> None:

@@ -4,6 +4,8 @@ Launches are batched (`jobs_worker` with the worker functions): each process-gro
 costs seconds on a small box.
 """
 
+import sys
+
 import pytest
 import torch
 
@@ -17,7 +19,10 @@ from helpers.ddp import (
     bucket_worker,
     buffer_sync_worker,
     equivalence_worker,
+    first_iteration_bucket_limits,
+    first_iteration_one_bucket,
     init_broadcast_worker,
+    initial_buckets_worker,
     jobs_worker,
     make_bn_net,
     make_wide_mlp,
@@ -93,6 +98,44 @@ def test_comm_counter_counts_per_step() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# first-iteration bucketing (the shared fact of 06, 13 and 14; no process group)
+
+MIB = 2**20
+#: options -> the limits the installed source computes (same on 2.13.0, 2.14.1, 2.15.0)
+FIRST_ITERATION = [
+    ({}, [sys.maxsize]),
+    ({"static_graph": True}, [sys.maxsize]),
+    ({"find_unused_parameters": True}, [MIB, 25 * MIB]),
+    ({"find_unused_parameters": True, "static_graph": True}, [sys.maxsize]),
+    ({"find_unused_parameters": True, "bucket_cap_mb": 25}, [25 * MIB]),
+    ({"bucket_cap_mb_list": [1, 4]}, [MIB, 4 * MIB]),
+]
+FIRST_ITERATION_OPTIONS = [options for options, _ in FIRST_ITERATION]
+
+
+@pytest.mark.parametrize("options,limits", FIRST_ITERATION)
+def test_first_iteration_bucket_limits(options: dict, limits: list[int]) -> None:
+    assert first_iteration_bucket_limits(**options) == limits
+    assert first_iteration_one_bucket(**options) == (limits == [sys.maxsize])
+
+
+def test_first_iteration_one_bucket_matches_the_reducer(ddp06: list[dict]) -> None:
+    """The computed rule against the Reducer's initial buckets for a 1.5 MiB model.
+
+    A first limit at least the model's size also gives one bucket (25 MiB here): the
+    one-bucket rule is the one that holds whatever the size.
+    """
+    counts = ddp06[0]["initial_buckets_worker"]
+    size = sum(p.numel() * p.element_size() for p in make_wide_mlp().parameters())
+    assert MIB < size < 2 * MIB, size
+    expected = [
+        1 if first_iteration_one_bucket(**o) or first_iteration_bucket_limits(**o)[0] >= size else 2
+        for o in FIRST_ITERATION_OPTIONS
+    ]
+    assert counts == expected, f"initial buckets: expected {expected}, found {counts}"
+
+
+# --------------------------------------------------------------------------------------------
 # workers on 2 ranks (one launch for 06, one for 08)
 
 
@@ -100,6 +143,7 @@ def test_comm_counter_counts_per_step() -> None:
 def ddp06() -> list[dict]:
     jobs = [
         (init_broadcast_worker, ()),
+        (initial_buckets_worker, (FIRST_ITERATION_OPTIONS,)),
         (buffer_sync_worker, (["train", "train", "eval", "train+no_grad", "train"],)),
         (bucket_worker, (2,)),
         (equivalence_worker, ()),

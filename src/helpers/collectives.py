@@ -1,10 +1,13 @@
 """Workers and probes for notebook 04 (process groups and collectives).
 
 Used by: notebooks/04_process_groups_and_collectives.ipynb and tests/test_collectives.py.
-The workers run under helpers.launch: gloo on CPU, NCCL with one GPU per rank when present
-(tensors live on `current_device()`); each returns plain Python data so the notebook can print
-and assert it in rank order. `init_method_demo` runs a one-rank gloo group in the calling
-process. Linux (/proc) for the socket listing.
+`collective_renames` / `renamed_collectives_status` hold one fact that notebooks 04, 05 and 13
+assert alike: which old collective names the installed torch marks `@deprecated` in favour of
+`reduce_scatter_single` / `all_gather_single` (`expected_renamed_status` writes down what each
+release of the matrix does). The workers run under helpers.launch: gloo on CPU, NCCL with one
+GPU per rank when present (tensors live on `current_device()`); each returns plain Python data
+so the notebook can print and assert it in rank order. `init_method_demo` runs a one-rank gloo
+group in the calling process. Linux (/proc) for the socket listing.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import mmap
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -21,12 +25,107 @@ from helpers.launch import current_device
 from helpers.processes import listening_sockets
 
 __all__ = [
+    "RENAMED_COLLECTIVES",
+    "collective_renames",
+    "renamed_collectives_status",
+    "expected_renamed_status",
     "identity_worker",
     "collectives_worker",
     "init_method_demo",
     "host_addresses",
     "library_mentions",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# the renamed collectives (one fact for notebooks 04, 05 and 13)
+
+#: old name -> the name the installed docstrings and warnings send readers to
+RENAMED_COLLECTIVES = {
+    "_reduce_scatter_base": "reduce_scatter_single",
+    "reduce_scatter_tensor": "reduce_scatter_single",
+    "_all_gather_base": "all_gather_single",
+    "all_gather_into_tensor": "all_gather_single",
+}
+
+
+def collective_renames(renamed: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """What the installed `torch.distributed` says about each old name and its replacement.
+
+    Per old name: `present`; `deprecated`, the `__deprecated__` text that `typing_extensions.
+    deprecated` leaves on the function (None when it carries none); `names_replacement`,
+    whether that text names `torch.distributed.<new>`; `alias_doc`, whether the docstring calls
+    it an "Alias of :func:`<new>`" (how 2.15.0 documents the undeprecated public names);
+    `replacement`, `replacement_present` and `replacement_deprecated` (its `__deprecated__`).
+    """
+    out = {}
+    for old, new in (renamed or RENAMED_COLLECTIVES).items():
+        fn, repl = getattr(dist, old, None), getattr(dist, new, None)
+        note = getattr(fn, "__deprecated__", None)
+        out[old] = {
+            "present": fn is not None,
+            "deprecated": note,
+            "names_replacement": bool(note) and f"torch.distributed.{new}" in note,
+            "alias_doc": f"Alias of :func:`{new}`" in (getattr(fn, "__doc__", None) or ""),
+            "replacement": new,
+            "replacement_present": repl is not None,
+            "replacement_deprecated": getattr(repl, "__deprecated__", None),
+        }
+    return out
+
+
+def renamed_collectives_status(renamed: dict[str, str] | None = None) -> dict[str, str]:
+    """{old name: "deprecated" | "alias" | "plain" | "absent"} on the installed torch.
+
+    "deprecated": `@deprecated` with a message naming its replacement; "alias": no deprecation,
+    the docstring says it is an alias of the replacement; "plain": neither; "absent": not in
+    `torch.distributed`. Raises AssertionError (naming it) if a replacement is missing or is
+    itself deprecated, since every notebook's story assumes the `*_single` names are current.
+    """
+    status = {}
+    for old, r in collective_renames(renamed).items():
+        assert r["replacement_present"], (
+            f"torch.distributed.{r['replacement']}: expected (the replacement of {old}), not found"
+        )
+        assert r["replacement_deprecated"] is None, (
+            f"torch.distributed.{r['replacement']}: expected not deprecated, "
+            f"found {r['replacement_deprecated']!r}"
+        )
+        if not r["present"]:
+            status[old] = "absent"
+        elif r["names_replacement"]:
+            status[old] = "deprecated"
+        elif r["deprecated"] is None and r["alias_doc"]:
+            status[old] = "alias"
+        else:
+            status[old] = "plain"
+    return status
+
+
+def expected_renamed_status(version: str | None = None) -> dict[str, str]:
+    """What each release of the matrix does, written down (read in each release's source).
+
+    2.13.0 and 2.14.1: all four old names are `@deprecated` (FutureWarning) for the `*_single`
+    names. 2.15.0: the public `reduce_scatter_tensor` / `all_gather_into_tensor` are plain
+    wrappers again, documented "Alias of :func:`..._single`, kept for backward compatibility";
+    the private `_reduce_scatter_base` / `_all_gather_base` stay deprecated. `version` defaults
+    to the installed torch; a release after 2.15 is expected to behave as 2.15.0 until read.
+    """
+    from torch.torch_version import TorchVersion
+
+    v = TorchVersion(version or torch.__version__)
+    if v < (2, 15):
+        return dict.fromkeys(RENAMED_COLLECTIVES, "deprecated")
+    return {
+        "_reduce_scatter_base": "deprecated",
+        "reduce_scatter_tensor": "alias",
+        "_all_gather_base": "deprecated",
+        "all_gather_into_tensor": "alias",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# workers
 
 
 def identity_worker(rank: int, world_size: int) -> dict:

@@ -8,10 +8,15 @@ GPUs are visible, through `current_device()`); they return plain Python data, ne
 The DistributedSampler helpers are pure: the sampler needs no process group when `num_replicas`
 and `rank` are given. So are `accumulation_plan`, `accumulation_epochs` and `max_stable_lr`
 (one process, float64). `jobs_worker` runs several workers, passed as functions, in one launch.
+
+`first_iteration_bucket_limits` / `first_iteration_one_bucket` hold one fact that notebooks 06,
+13 and 14 assert alike: the byte limits DDP buckets its parameters with *before* the first
+iteration, computed by the installed `_BucketCapacityConfig` (no process group needed).
 """
 
 import contextlib
 import copy
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +32,9 @@ from torch.utils.data import DistributedSampler
 from helpers.launch import current_device
 
 __all__ = [
+    "first_iteration_bucket_limits",
+    "first_iteration_one_bucket",
+    "initial_buckets_worker",
     "make_bn_net",
     "make_mlp",
     "make_wide_mlp",
@@ -52,6 +60,68 @@ __all__ = [
     "amp_worker",
     "jobs_worker",
 ]
+
+# ---------------------------------------------------------------------------------------------
+# first-iteration bucketing (one fact for notebooks 06, 13 and 14)
+
+
+def first_iteration_bucket_limits(
+    *,
+    find_unused_parameters: bool = False,
+    static_graph: bool = False,
+    bucket_cap_mb: int | None = None,
+    bucket_cap_mb_list: list[int] | None = None,
+) -> list[int]:
+    """Byte limits of DDP's initial bucket assignment for these constructor options.
+
+    Computed by the installed `torch.nn.parallel.distributed._BucketCapacityConfig` (`create`,
+    then `compute_bucket_size_limits`), exactly as `DDP._ddp_init_helper` calls it. On 2.13.0,
+    2.14.1 and 2.15.0 the result is `[sys.maxsize]` (one bucket, whatever the model's size)
+    unless `bucket_cap_mb_list` is given, or `find_unused_parameters=True` with
+    `static_graph=False`: then `[1 MiB, 25 MiB]` by default (`dist._DEFAULT_FIRST_BUCKET_BYTES`,
+    then `bucket_cap_mb`). After the first iteration the Reducer rebuilds the buckets in
+    gradient-ready order with the first-bucket and `bucket_cap_mb` limits. Raises AssertionError
+    naming what is missing if the installed DDP no longer has this configuration class.
+    """
+    import torch.nn.parallel.distributed as ddp_module
+
+    config_cls = getattr(ddp_module, "_BucketCapacityConfig", None)
+    assert config_cls is not None and hasattr(config_cls, "compute_bucket_size_limits"), (
+        "torch.nn.parallel.distributed: expected _BucketCapacityConfig.compute_bucket_size_limits"
+        f" (2.13.0 to 2.15.0), found {config_cls!r}"
+    )
+    config = config_cls.create(
+        bucket_cap_mb=bucket_cap_mb,
+        bucket_cap_mb_list=bucket_cap_mb_list,
+        use_python_reducer=False,
+    )
+    limits, _for_rebuilding = config.compute_bucket_size_limits(
+        static_graph=static_graph, find_unused_parameters=find_unused_parameters
+    )
+    return list(limits)
+
+
+def first_iteration_one_bucket(**options: Any) -> bool:
+    """Whether DDP's first iteration puts every parameter in one bucket for these options.
+
+    True when `first_iteration_bucket_limits(**options)` is `[sys.maxsize]`: no size limit,
+    so the first backward all-reduces all gradients in one bucket however large the model.
+    """
+    return first_iteration_bucket_limits(**options) == [sys.maxsize]
+
+
+def initial_buckets_worker(rank: int, world_size: int, options: list[dict]) -> list[int]:
+    """Buckets the Reducer starts with (before any backward), per DDP option dict.
+
+    The measured side of `first_iteration_bucket_limits`: `make_wide_mlp` (about 1.5 MiB) is
+    wrapped with each option and the logging data's `bucket_sizes` counted.
+    """
+    counts = []
+    for kwargs in options:
+        ddp = wrap_ddp(make_wide_mlp(seed=0), **kwargs)
+        counts.append(len(ddp._get_ddp_logging_data()["bucket_sizes"].split(", ")))
+    return counts
+
 
 # ---------------------------------------------------------------------------------------------
 # models and plumbing
