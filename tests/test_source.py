@@ -99,12 +99,27 @@ def test_show_source_prints_outside_jupyter(capsys: pytest.CaptureFixture[str]) 
     assert "[permalink](https://github.com/pytorch/pytorch/blob/" in md and "```python" in md
 
 
-def test_header_view_shows_a_shipped_header_with_a_pinned_link() -> None:
-    import torch
+# where the gloo algorithm header sits in the wheel, per release (2.14 moved it into gloo/)
+GLOO_DETAIL = {
+    "2.13": "torch/csrc/distributed/c10d/ProcessGroupGlooDetail.hpp",
+    "2.14": "torch/csrc/distributed/c10d/gloo/ProcessGroupGlooDetail.hpp",
+    "2.15": "torch/csrc/distributed/c10d/gloo/ProcessGroupGlooDetail.hpp",
+}
 
+
+def _gloo_detail() -> str:
+    release = ".".join(torch.__version__.split(".")[:2])
+    assert release in GLOO_DETAIL, (
+        f"expected torch {sorted(GLOO_DETAIL)}, found {torch.__version__}: add where this "
+        "release keeps ProcessGroupGlooDetail.hpp"
+    )
+    return GLOO_DETAIL[release]
+
+
+def test_header_view_shows_a_shipped_header_with_a_pinned_link() -> None:
     from helpers.source import header_view
 
-    relpath = "torch/csrc/distributed/c10d/ProcessGroupGlooDetail.hpp"
+    relpath = _gloo_detail()
     view = header_view(relpath, r"gloo::allreduce\(opts\)", before=0, after=0)
     assert view.code.strip() == "gloo::allreduce(opts);"
     assert view.first_line == view.last_line
@@ -112,3 +127,50 @@ def test_header_view_shows_a_shipped_header_with_a_pinned_link() -> None:
     assert torch.version.git_version in view.url
     with pytest.raises(ValueError, match="occurs 0 time"):
         header_view(relpath, r"no such line anywhere")
+
+
+def test_a_header_not_in_the_wheel_names_where_it_went() -> None:
+    """A header a newer wheel moved: an AssertionError (and a FileNotFoundError) naming the
+    file asked for and where the same name is now, not a bare FileNotFoundError."""
+    from helpers.source import SourceFileMissing, header_view
+
+    here = _gloo_detail()
+    elsewhere = next(p for p in set(GLOO_DETAIL.values()) if p != here)  # the other layout
+    with pytest.raises(SourceFileMissing) as err:
+        header_view(elsewhere, r"gloo::allreduce")
+    assert isinstance(err.value, AssertionError) and isinstance(err.value, FileNotFoundError)
+    message = str(err.value)
+    assert f"expected the file {elsewhere!r}" in message, message
+    assert f"the same name at [{here!r}]" in message, message
+    assert torch.__version__ in message, f"the message should name the wheel: {message}"
+    assert "/include/" not in message, f"paths are the repository's, not this machine's: {message}"
+
+
+def test_file_view_of_a_missing_file_lists_close_names(tmp_path) -> None:
+    from helpers.source import SourceFileMissing, file_view
+
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "board_ops.cpp").write_text("int main() { return 0; }\n")
+    with pytest.raises(SourceFileMissing) as err:
+        file_view(tmp_path / "csrc" / "board_op.cpp", "csrc/board_op.cpp", "helpers")
+    message = str(err.value)
+    assert message.startswith("file_view: expected the file 'csrc/board_op.cpp'"), message
+    assert "close names in csrc/: ['csrc/board_ops.cpp']" in message, message
+    with pytest.raises(AssertionError, match="nothing with a similar name in csrc/"):
+        file_view(tmp_path / "csrc" / "zzz.h", "csrc/zzz.h", "helpers")
+
+
+def test_a_pattern_that_is_gone_names_function_pattern_and_what_is_there() -> None:
+    """The cell of a newer torch that no longer has the line: an AssertionError (and the
+    ValueError it always was) naming the function, the pattern and the closest installed lines."""
+    from helpers.source import PatternMissing
+
+    with pytest.raises(PatternMissing) as err:
+        source_view(torch.compile, r"return torch\._dynamo\.optimise\(")  # a misspelt line
+    assert isinstance(err.value, AssertionError) and isinstance(err.value, ValueError)
+    message = str(err.value)
+    assert "torch.compile (torch/__init__.py)" in message, message
+    assert "'return torch\\\\._dynamo\\\\.optimise\\\\('" in message, message
+    assert "closest installed lines: ['return torch._dynamo.optimize('" in message, message
+    with pytest.raises(PatternMissing, match=r"not found after .* closest later lines: \["):
+        source_view(torch.compile, r"^def compile\(", until=r"^\s*return torch\._dynamo\.optimise")

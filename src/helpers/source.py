@@ -11,6 +11,7 @@ if a torch upgrade removes the pattern, the cell fails loudly instead of showing
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import re
@@ -30,6 +31,8 @@ __all__ = [
     "package_root",
     "file_view",
     "header_view",
+    "PatternMissing",
+    "SourceFileMissing",
 ]
 
 # package -> (repository, how to name the installed revision)
@@ -75,6 +78,16 @@ class SourceView:
     def __repr__(self) -> str:  # what a terminal and nbval's text/plain see
         link = f"\n{self.url}" if self.url else ""
         return f"{self.header}{link}\n{self.code}"
+
+
+class PatternMissing(ValueError, AssertionError):
+    """A pattern a cell cuts the source by is not in the installed source (a ValueError, and an
+    AssertionError because it is a failed claim: `pytest --nbval-lax` reports its message)."""
+
+
+class SourceFileMissing(FileNotFoundError, AssertionError):
+    """A file a cell reads (a header in the wheel, our C++) is not installed where expected;
+    the message names it and the nearest files that are there."""
 
 
 def resolve(dotted: str) -> Any:
@@ -154,6 +167,18 @@ def permalink(relpath: str, package: str, first: int, last: int) -> str | None:
     return f"{_REPOS[package][0]}/blob/{rev}/{relpath}#L{first}-L{last}"
 
 
+def _literal(pattern: str) -> str:
+    """A regex read as the text it looks for (escapes and anchors dropped), to compare lines."""
+    text = re.sub(r"\\[sSdDwWbB][*+?]?|[\^$]|\(\?[:!=]", " ", pattern)
+    return re.sub(r"\\(.)", r"\1", text).strip()
+
+
+def _closest_lines(lines: list[str], pattern: str, count: int = 3) -> list[str]:
+    """The installed lines most like `pattern`: what the source says instead."""
+    stripped = [line.strip() for line in lines if line.strip()]
+    return difflib.get_close_matches(_literal(pattern), stripped, n=count, cutoff=0.3)
+
+
 def _excerpt_bounds(
     lines: list[str],
     pattern: str | None,
@@ -165,21 +190,30 @@ def _excerpt_bounds(
 ) -> tuple[int, int]:
     """[first, last) line indices of an excerpt: all lines without `pattern`; else `before`
     lines before its `occurrence`-th match to `after` lines after it, or to the first later line
-    matching `until`. A pattern that is not there raises ValueError naming it and `where`."""
+    matching `until`. A pattern that is not there raises PatternMissing (a ValueError and an
+    AssertionError) naming it, `where`, and the installed lines closest to it."""
     if pattern is None:
         return 0, len(lines)
     hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
     if len(hits) < occurrence:
-        raise ValueError(
+        closest = _closest_lines(lines, pattern)
+        found = f"closest installed lines: {closest}" if closest else "no similar line"
+        raise PatternMissing(
             f"pattern {pattern!r} occurs {len(hits)} time(s) in {where}, occurrence "
-            f"{occurrence} was asked for: the installed source differs from what this cell expects"
+            f"{occurrence} was asked for: the installed source differs from what this cell "
+            f"expects ({len(lines)} lines searched; {found})"
         )
     hit = hits[occurrence - 1]
     if until is None:
         return max(hit - before, 0), min(hit + after + 1, len(lines))
     ends = [i for i in range(hit + 1, len(lines)) if re.search(until, lines[i])]
     if not ends:
-        raise ValueError(f"pattern {until!r} not found after {pattern!r} in {where}")
+        closest = _closest_lines(lines[hit + 1 :], until)
+        found = f"closest later lines: {closest}" if closest else "no similar later line"
+        raise PatternMissing(
+            f"pattern {until!r} not found after {pattern!r} in {where}: the excerpt was to end "
+            f"there ({len(lines) - hit - 1} lines after the match searched; {found})"
+        )
     return max(hit - before, 0), ends[0] + 1
 
 
@@ -258,7 +292,10 @@ def file_view(
     `relpath` is the file's path in its repository (the permalink's path); `package` picks the
     revision as for `source_view` (no permalink for a package without a repository entry).
     """
-    lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    path = Path(path)
+    if not path.is_file():
+        raise _missing(path, relpath, "file_view")
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     first, last = _excerpt_bounds(lines, pattern, before, after, until, 1, relpath)
     return SourceView(
         name=relpath.rsplit("/", 1)[-1],
@@ -280,5 +317,43 @@ def header_view(relpath: str, pattern: str, before: int = 2, after: int = 6) -> 
     """
     import torch
 
-    path = Path(torch.__file__).parent / "include" / relpath
+    include = Path(torch.__file__).parent / "include"
+    path = include / relpath
+    if not path.is_file():
+        raise _missing(path, relpath, f"header_view (torch {torch.__version__} wheel)", include)
     return file_view(path, relpath, "torch", pattern, before=before, after=after)
+
+
+def _missing(path: Path, relpath: str, who: str, root: Path | None = None) -> SourceFileMissing:
+    """The error for a file that is not there: what was expected, and the nearest files that
+    are: the same name anywhere under `root` (a header moved inside the wheel) and close names
+    in the deepest folder of its path that exists, named by their paths relative to `root`
+    (default: the folder `relpath` is relative to; then only that deepest folder is searched)."""
+    search = root is not None
+    if root is None:
+        n = len(Path(relpath).parts)
+        inside = path.as_posix().endswith("/" + Path(relpath).as_posix())
+        root = path.parents[n - 1] if inside else path.parent
+    folder = path.parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+
+    def shown(p: Path) -> str:
+        try:
+            return p.relative_to(root).as_posix()
+        except ValueError:
+            return p.as_posix()
+
+    found = []
+    same_name = sorted(shown(p) for p in (root.rglob(path.name) if search else []))
+    if same_name:
+        found.append(f"the same name at {same_name[:5]}")
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    nearby = [shown(folder / n) for n in difflib.get_close_matches(path.name, names, 5, 0.5)]
+    if nearby:
+        found.append(f"close names in {shown(folder)}/: {nearby}")
+    if not found:
+        found.append(f"nothing with a similar name in {shown(folder)}/")
+    return SourceFileMissing(
+        f"{who}: expected the file {relpath!r}, it is not installed; found {'; '.join(found)}"
+    )
