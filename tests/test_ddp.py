@@ -17,6 +17,7 @@ from helpers.ddp import (
     accumulation_worker,
     amp_worker,
     bucket_worker,
+    buffer_sync_facts,
     buffer_sync_worker,
     equivalence_worker,
     first_iteration_bucket_limits,
@@ -191,6 +192,24 @@ def test_buckets_rebuilt_after_first_step(ddp06: list[dict]) -> None:
     assert [len(s["buckets"]) for s in big["steps"]] == [1, 1]
     assert default["first_bucket_bytes_cap"] == 2**20 < big["first_bucket_bytes_cap"]
     assert ddp06[1]["bucket_worker"]["default"]["steps"] == default["steps"]  # same on all ranks
+
+
+def test_buffer_sync_rule_shared_by_06_and_07() -> None:
+    facts = buffer_sync_facts()
+    assert facts["at_init"] == {
+        "default": True,
+        "forward_sync_buffers=False": True,
+        "broadcast_buffers=True": True,
+        "broadcast_buffers=False": False,
+    }
+    assert facts["at_forward"]["sync"] == [
+        ("train", "train", True),
+        ("train", "eval", True),  # eval mode syncs too
+        ("eval", "train", None),  # eval changed nothing: the ranks agreed already
+        ("train", "train+no_grad", True),
+        ("train+no_grad", "train", False),  # the no_grad forward cleared the flag
+    ]
+    assert {s for _, _, s in facts["at_forward"]["no sync"]} == {False}
 
 
 def test_ddp_step_equals_large_batch_step(ddp06: list[dict]) -> None:

@@ -45,6 +45,9 @@ __all__ = [
     "sampler_shards",
     "init_broadcast_worker",
     "buffer_sync_worker",
+    "BUFFER_SCHEDULE",
+    "buffer_sync_rule",
+    "buffer_sync_facts",
     "bucket_worker",
     "equivalence_worker",
     "no_sync_worker",
@@ -354,6 +357,62 @@ def buffer_sync_worker(rank: int, world_size: int, schedule: list[str]) -> dict[
             ),
         }
     return out
+
+
+#: forwards of `buffer_sync_facts`: each mode follows a training forward with grad once
+BUFFER_SCHEDULE = ["train", "train", "eval", "train", "train+no_grad", "train"]
+
+
+def _synced(seen1: list, after0: list, after1: list, i: int) -> bool | None:
+    """Did rank 1 start forward i with rank 0's buffers? None when the ranks already agreed."""
+    if after0[i - 1] == after1[i - 1]:
+        return None
+    return seen1[i] == after0[i - 1]
+
+
+def buffer_sync_rule(
+    init_results: list[dict[str, Any]],
+    forward_results: list[dict[str, Any]],
+    schedule: list[str] | None = None,
+) -> dict[str, Any]:
+    """DDP's buffer sync as measured: the one fact notebooks 06 and 07 (and 08) state alike.
+
+    Pure: takes rank 0's and rank 1's results of `init_broadcast_worker` and of
+    `buffer_sync_worker(schedule)`. Returns `at_init` ({constructor option: rank 1 holds rank
+    0's running_mean after construction}) and, for the default and for
+    `forward_sync_buffers=False`, `at_forward`: one row per forward after the first,
+    (previous forward's mode, this forward's mode, synced) where synced is True when rank 1
+    started it with rank 0's buffers, False when with its own, None when they agreed anyway.
+    On 2.13.0, 2.14.1 and 2.15.0 (same DDP code): every option but `broadcast_buffers=False`
+    syncs at init; with the default, a forward syncs unless the one before ran under no_grad
+    (or `no_sync`), in train and eval mode alike; `forward_sync_buffers=False` never does.
+    """
+    schedule = schedule or BUFFER_SCHEDULE
+    i0, i1 = init_results[0], init_results[1]
+    at_init = {
+        label: i1["options"][label]["1.running_mean[0]"]
+        == i0["options"][label]["1.running_mean[0]"]
+        for label in i1["options"]
+    }
+    at_forward = {}
+    for label in ("sync", "no sync"):
+        r0, r1 = forward_results[0][label], forward_results[1][label]
+        at_forward[label] = [
+            (schedule[i - 1], schedule[i], _synced(r1["seen"], r0["after"], r1["after"], i))
+            for i in range(1, len(schedule))
+        ]
+    return {"at_init": at_init, "at_forward": at_forward}
+
+
+def buffer_sync_facts(timeout_s: float = 180) -> dict[str, Any]:
+    """Launch 2 ranks (gloo), run both workers, return `buffer_sync_rule` of their results."""
+    from helpers.launch import launch
+
+    jobs = [(init_broadcast_worker, ()), (buffer_sync_worker, (BUFFER_SCHEDULE,))]
+    res = launch(jobs_worker, 2, (jobs,), timeout_s=timeout_s)
+    return buffer_sync_rule(
+        [r["init_broadcast_worker"] for r in res], [r["buffer_sync_worker"] for r in res]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
