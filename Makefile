@@ -104,3 +104,32 @@ slurm-check: $(STAMP) ## run slurm/train_ddp.sbatch on a one-host Slurm cluster,
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache _build
+
+# --- The version matrix (issue 21): the notebooks on newer torch releases --------------------
+# Each version gets its own environment outside the working tree, shared by every clone and
+# reused between runs: $(MATRIX_CACHE)/torch-<version>, torch==<version> plus the rest of
+# requirements.txt, installed with PIP_CONSTRAINT=/dev/null for that one pip command (a
+# machine-wide constraint may cap torch) and checked afterwards; a stamp in it records the
+# requirements' hash, so a changed requirements.txt installs again. The project is not installed
+# there: the run puts this clone's src/ on PYTHONPATH. What runs: `pytest --nbval-lax` over
+# notebooks/ and the unit tests that state facts about torch (tools/matrix.py UNIT_TESTS:
+# test_claims, test_source, test_compile_tools; the others test our own plumbing). Results:
+# _build/matrix/torch-<version>.xml and .json; `python3 tools/matrix.py report` publishes them
+# (docs/compatibility.json and .md, README's "Tested on" line). See tools/matrix.py.
+MATRIX_VERSIONS ?= 2.14.1 2.15.0
+MATRIX_CACHE ?= $(HOME)/.cache/pytorch-source-reading
+MATRIX_OUT ?= _build/matrix
+MATRIX_PYTEST_ARGS ?=
+MATRIX := $(PYTHON) tools/matrix.py test --cache $(MATRIX_CACHE) --out $(MATRIX_OUT) \
+	--pytest-args "$(MATRIX_PYTEST_ARGS)"
+.PHONY: test-torch test-matrix matrix-report
+
+test-torch: ## asserts of every notebook + torch-fact unit tests on another torch (TORCH=2.15.0)
+	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=2.15.0"; exit 2; }
+	$(MATRIX) $(TORCH)
+
+test-matrix: ## test-torch for each of MATRIX_VERSIONS (2.14.1 2.15.0); fails if any cell fails
+	$(MATRIX) $(MATRIX_VERSIONS)
+
+matrix-report: ## publish the last matrix run: docs/compatibility.{json,md}, README's "Tested on"
+	$(PYTHON) tools/matrix.py report --out $(MATRIX_OUT)
