@@ -69,3 +69,20 @@ def test_a_removed_function_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not present("torch.distributed.reduce_scatter_tensor")
     with pytest.raises(LookupError, match="has no 'reduce_scatter_tensor'"):
         signature_params("torch.distributed.reduce_scatter_tensor")
+
+
+def test_a_lost_default_names_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parameter that lost its default: the message gives the expectation and the signature."""
+    real = inspect.signature(torch.compile)
+    no_default = real.replace(
+        parameters=[
+            p.replace(default=inspect.Parameter.empty) if p.name == "fullgraph" else p
+            for p in real.parameters.values()
+        ]
+    )
+    monkeypatch.setattr(torch.compile, "__signature__", no_default, raising=False)
+    with pytest.raises(AssertionError) as err:
+        expect_default(torch.compile, "fullgraph", False)
+    message = str(err.value)
+    assert message.startswith("torch.compile(fullgraph=...): expected default False"), message
+    assert "found no default" in message and "backend" in message, message

@@ -94,7 +94,10 @@ def expect_default(fn: Callable[..., Any] | str, param: str, expected: Any) -> A
     params = inspect.signature(target).parameters
     assert param in params, f"{label}: expected a parameter {param!r}, found ({', '.join(params)})"
     found = params[param].default
-    assert found is not inspect.Parameter.empty, f"{label}: {param!r} has no default any more"
+    assert found is not inspect.Parameter.empty, (
+        f"{label}({param}=...): expected default {expected!r}, found no default "
+        f"(installed signature: ({', '.join(params)}))"
+    )
     assert found == expected, (
         f"{label}({param}=...): expected default {expected!r}, found {found!r}"
     )
