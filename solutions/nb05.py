@@ -11,7 +11,7 @@ ANSWER_05_1 = 7000
 # `ring_schedule`: at step s rank r receives chunk (r - s - 1) % N from rank r-1 and adds it.
 # Its last receive, at step N-2 = 2, is chunk (r - 3) % 4 = (r + 1) % 4, which then holds every
 # rank's share: rank 0 owns chunk 1, rank 1 chunk 2, rank 2 chunk 3, rank 3 chunk 0.
-# In the picture: `ring_svg(ar.simulate_ring([[1]*4]*4), 3)` has one green chunk per rank.
+# In the picture: `ring_svg(ar.simulate_ring([[1]*4]*4).steps, 3)` has one green chunk per rank.
 ANSWER_05_2 = {0: 1, 1: 2, 2: 3, 3: 0}
 
 # 05.3 Where the ring starts to beat naive (α = 20 µs, β = 1 / 10 GB/s, N = 8).

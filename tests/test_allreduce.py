@@ -139,7 +139,7 @@ def test_ring_step_text_and_viewer() -> None:
     assert 'class="ring-svg"' in view.value and 'data-step="0"' in view.value
     slider.value = 4  # the picture and the text move together
     assert view.value == ring_step_html(sim, 4)
-    assert html.escape(last) in view.value and ring_svg(sim, 4) in view.value
+    assert html.escape(last) in view.value and ring_svg(sim.steps, 4) in view.value
 
 
 @pytest.mark.parametrize("world_size", range(1, 7))

@@ -9,6 +9,7 @@ module names), so no compile runs here; notebook 01 asserts the stages of a real
 
 from __future__ import annotations
 
+import ast
 import math
 import xml.etree.ElementTree as ET
 
@@ -63,26 +64,26 @@ def _recording() -> Recording:
 
 def test_ring_svg_arrows_follow_the_schedule() -> None:
     n = SIM4.world_size
-    assert _transfers(ring_svg(SIM4, 0)) == []  # the inputs: nothing sent yet
+    assert _transfers(ring_svg(SIM4.steps, 0)) == []  # the inputs: nothing sent yet
     for step in range(1, len(SIM4.steps)):
         found = [
             (int(t["data-from"]), int(t["data-to"]), int(t["data-chunk"]))
-            for t in _transfers(ring_svg(SIM4, step))
+            for t in _transfers(ring_svg(SIM4.steps, step))
         ]
         expected = [(r, (r + 1) % n, ring_schedule(r, n, step - 1)[1]) for r in range(n)]
         assert found == expected, f"step {step}"
-    assert ring_svg(SIM4, 3) == ring_svg(SIM4, 3)  # pure
+    assert ring_svg(SIM4.steps, 3) == ring_svg(SIM4.steps, 3)  # pure
     with pytest.raises(ValueError, match="step must be in"):
-        ring_svg(SIM4, len(SIM4.steps))
+        ring_svg(SIM4.steps, len(SIM4.steps))
 
 
 def test_ring_svg_colours_count_the_ranks_summed() -> None:
     # a chunk sent at reduce-scatter step s sums s ranks; all-gather chunks sum all of them
     for step, sums in ((1, 1), (2, 2), (3, 3), (4, 4), (6, 4)):
-        svg = ring_svg(SIM4, step)
+        svg = ring_svg(SIM4.steps, step)
         assert {t["data-sums"] for t in _transfers(svg)} == {str(sums)}, f"step {step}"
         assert f'stroke="{sum_colour(sums, 4)}"' in svg
-    root = ET.fromstring(ring_svg(SIM4, 3))  # end of the reduce-scatter
+    root = ET.fromstring(ring_svg(SIM4.steps, 3))  # end of the reduce-scatter
     complete = [
         (int(r.get("data-rank")), int(r.get("data-chunk")))
         for r in root.iter(f"{{{NS['s']}}}rect")
@@ -94,7 +95,7 @@ def test_ring_svg_colours_count_the_ranks_summed() -> None:
 
 def test_pipeline_stage_comes_from_the_call_path() -> None:
     rec = _recording()
-    stages = [pipeline_stage(rec, i)[0] for i in range(len(rec))]
+    stages = [pipeline_stage(rec.path_to(i))[0] for i in range(len(rec))]
     assert stages == [
         "Dynamo frame hook",
         "Dynamo frame hook",
@@ -107,21 +108,23 @@ def test_pipeline_stage_comes_from_the_call_path() -> None:
         "guards",
         None,
     ]
-    assert pipeline_stage(rec, 7)[1].name == "torch._inductor.graph.GraphLowering.run"
+    assert pipeline_stage(rec.path_to(7))[1].name == "torch._inductor.graph.GraphLowering.run"
     assert [s.name for s in PIPELINE][-1] == "guards"
 
 
 def test_pipeline_svg_highlights_one_stage() -> None:
     rec = _recording()
-    root = ET.fromstring(pipeline_svg(rec, 5))
+    root = ET.fromstring(pipeline_svg(rec.path_to(5)))
     boxes = [g for g in root.iter(f"{{{NS['s']}}}g") if "stage" in g.get("class", "").split()]
     assert [g.get("data-stage") for g in boxes] == [s.name for s in PIPELINE]
     assert [g.get("data-stage") for g in boxes if g.get("data-active") == "true"] == ["AOTAutograd"]
     assert root.get("data-step") == "5" and root.get("data-active-stage") == "AOTAutograd"
-    unnumbered = ET.fromstring(pipeline_svg(rec, 5, numbered=False))
+    unnumbered = ET.fromstring(pipeline_svg(rec.path_to(5), numbered=False))
     assert "data-step" not in unnumbered.attrib
-    none = ET.fromstring(pipeline_svg(rec, 9))
-    assert none.get("data-active-stage") == "" and 'data-active="true"' not in pipeline_svg(rec, 9)
+    none = ET.fromstring(pipeline_svg(rec.path_to(9)))
+    assert none.get("data-active-stage") == "" and 'data-active="true"' not in pipeline_svg(
+        rec.path_to(9)
+    )
 
 
 # ------------------------------------------------------------------------ rendered in Chromium
@@ -167,7 +170,7 @@ def test_ring_rendered(page) -> None:
 
 def test_pipeline_rendered(page) -> None:
     rec = _recording()
-    page.set_content(pipeline_svg(rec, 7))  # an FX step called by Inductor's lowering
+    page.set_content(pipeline_svg(rec.path_to(7)))  # an FX step called by Inductor's lowering
     active = page.locator('svg.pipeline-svg g.stage[data-active="true"]')
     assert active.count() == 1
     assert active.get_attribute("data-stage") == "Inductor"
@@ -179,3 +182,19 @@ def test_pipeline_rendered(page) -> None:
     )
     assert len(set(others)) == 1 and fill not in others  # only the active stage stands out
     assert "GraphLowering.run" in page.text_content("text.step-decided")
+
+
+def test_pictures_imports_nothing_from_helpers() -> None:
+    """The pictures take plain data: allreduce and tracing import pictures, never the reverse."""
+    import helpers.pictures
+
+    tree = ast.parse(open(helpers.pictures.__file__, encoding="utf-8").read())
+    imported = [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    ] + [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert imported, "helpers.pictures: expected its standard-library imports, found none"
+    ours = [m for m in imported if m == "helpers" or m.startswith("helpers.")]
+    assert ours == [], f"helpers.pictures: expected no import from helpers, found {ours}"

@@ -51,6 +51,7 @@ import torch
 import torch.distributed as dist
 
 from helpers.launch import current_device
+from helpers.pictures import ring_svg
 
 __all__ = [
     "ALGORITHMS",
@@ -672,11 +673,9 @@ def _values_label(values: tuple[_Number, ...]) -> str:
 def ring_step_html(sim: RingSimulation, step: int) -> str:
     """What `ring_step_viewer` shows at `step`: the picture (`helpers.pictures.ring_svg`) next to
     the text (`ring_step_text`), in `<div class="ring-step" data-step="...">`."""
-    from helpers.pictures import ring_svg
-
     return (
         f'<div class="ring-step" data-step="{step}" style="display:flex;gap:1em;'
-        f'align-items:flex-start">{ring_svg(sim, step)}'
+        f'align-items:flex-start">{ring_svg(sim.steps, step)}'
         f'<pre class="ring-step-text">{html.escape(ring_step_text(sim, step))}</pre></div>'
     )
 

@@ -4,12 +4,16 @@ Used by: `helpers.allreduce.ring_step_viewer` and `helpers.tracing.step_viewer` 
 to their text), notebooks 01 and 05 (one step shown as a static `image/svg+xml` output, which
 the book renders), tests/test_pictures.py (rendered in Chromium and counted).
 
-- `ring_svg(sim, step)`: the ring of a `helpers.allreduce.RingSimulation` after `step`: ranks on a
-  circle, this step's transfers as arrows labelled with their chunk, each chunk coloured by how
-  many ranks it already sums.
-- `pipeline_stage(recording, i)` and `pipeline_svg(recording, i)`: where step `i` of a
-  `helpers.tracing.Recording` sits in the compile pipeline (`PIPELINE`), read off the modules on
-  its recorded call path, and a diagram of the pipeline with that stage highlighted.
+The pictures take plain data and import nothing from `helpers`, so the imports point one way
+(allreduce and tracing call pictures, never the reverse; tests/test_pictures.py checks it):
+
+- `ring_svg(steps, step)`: a ring schedule (`RingFrame`s, for example the `steps` of a
+  `helpers.allreduce.RingSimulation`) after `step`: ranks on a circle, this step's transfers as
+  arrows labelled with their chunk, each chunk coloured by how many ranks it already sums.
+- `pipeline_stage(path)` and `pipeline_svg(path)`: where the last step of a call path
+  (`PathStep`s, outermost first, for example `helpers.tracing.Recording.path_to(i)`) sits in the
+  compile pipeline (`PIPELINE`), read off the modules on that path, and a diagram of the
+  pipeline with that stage highlighted.
 
 No randomness, no clocks, no ids that change between runs: the same arguments give the same
 text, so a stored output compares equal under strict nbval. Elements carry class names and
@@ -21,16 +25,15 @@ from __future__ import annotations
 
 import html
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from helpers.allreduce import RingSimulation
-    from helpers.tracing import Recording, Step
+from collections.abc import Collection, Sequence
+from typing import Any, NamedTuple, Protocol
 
 __all__ = [
     "PIPELINE",
     "SUM_COLOURS",
     "COMPLETE_COLOUR",
+    "RingFrame",
+    "PathStep",
     "Stage",
     "sum_colour",
     "ring_svg",
@@ -60,8 +63,20 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def ring_svg(sim: RingSimulation, step: int) -> str:
-    """`sim` after `step` as SVG: the picture twin of `allreduce.ring_step_text(sim, step)`.
+class RingFrame(Protocol):
+    """One step of a ring schedule, as plain data (`helpers.allreduce.RingStep` is one)."""
+
+    step: int  # 0: the inputs
+    phase: str  # "start", "reduce-scatter" or "all-gather"
+    transfers: Sequence[tuple[int, int, int]]  # (from rank, to rank, chunk) this step
+    owners: Sequence[Sequence[Collection[int]]]  # [rank][chunk]: the ranks summed in it
+
+
+def ring_svg(steps: Sequence[RingFrame], step: int) -> str:
+    """`steps[step]` as SVG: the picture twin of `allreduce.ring_step_text(sim, step)`.
+
+    `steps` is the whole schedule, step 0 (the inputs) first; the world size is the number of
+    ranks in `owners`.
 
     Each rank is a `g.rank[data-rank]` on a circle (rank 0 at the top, then clockwise) with a row
     of `rect.chunk[data-rank][data-chunk][data-sums]`, filled by `sum_colour` of how many ranks
@@ -70,11 +85,11 @@ def ring_svg(sim: RingSimulation, step: int) -> str:
     (`text.transfer-label`), coloured by how many ranks the chunk it carries sums. The root
     `svg.ring-svg` carries `data-step`, `data-phase` and `data-world-size`.
     """
-    last = len(sim.steps) - 1
+    last = len(steps) - 1
     if not 0 <= step <= last:
         raise ValueError(f"step must be in [0, {last}], got {step}")
-    st, n = sim.steps[step], sim.world_size
-    before = sim.steps[step - 1] if step > 0 else st
+    st, n = steps[step], len(steps[0].owners)
+    before = steps[step - 1] if step > 0 else st
     width, height, cx, cy = 420, 400, 210, 190
     radius = 125 if n > 1 else 0
     node_r, box = 34, 14
@@ -164,6 +179,16 @@ def ring_svg(sim: RingSimulation, step: int) -> str:
 # ------------------------------------------------------------------------ the compile pipeline
 
 
+class PathStep(Protocol):
+    """A step on a recorded call path, as plain data (`helpers.tracing.Step` is one)."""
+
+    index: int  # position in the recording
+    name: str  # dotted: module + qualname
+    module: str
+    relpath: str  # file inside its repository
+    location: str  # "relpath:line"
+
+
 class Stage(NamedTuple):
     """A stage of the compile pipeline and the modules whose functions belong to it."""
 
@@ -198,20 +223,20 @@ def _stage_of_module(module: str) -> Stage | None:
     return None
 
 
-def pipeline_stage(recording: Recording, i: int) -> tuple[str | None, Step | None]:
-    """(stage name, the step that decided it) for step `i`: the innermost step on its recorded
-    call path (`recording.path_to(i)`, `i` itself first) whose module is in a `PIPELINE` stage.
+def pipeline_stage(path: Sequence[PathStep]) -> tuple[str | None, PathStep | None]:
+    """(stage name, the step that decided it) for the last step of `path` (a call path,
+    outermost first): the innermost step on it whose module is in a `PIPELINE` stage.
     (None, None) when no step on the path is (e.g. a `torch._dynamo.utils` helper at the root).
     """
-    for s in reversed(recording.path_to(i)):
+    for s in reversed(path):
         stage = _stage_of_module(s.module)
         if stage is not None:
             return stage.name, s
     return None, None
 
 
-def pipeline_svg(recording: Recording, i: int, numbered: bool = True) -> str:
-    """The compile pipeline as SVG with the stage of step `i` highlighted.
+def pipeline_svg(path: Sequence[PathStep], numbered: bool = True) -> str:
+    """The compile pipeline as SVG with the stage of the last step of `path` highlighted.
 
     One `g.stage[data-stage][data-active]` box per `PIPELINE` stage (name and module prefixes),
     arrows between them, and under them the step's dotted name, its file and the step on its
@@ -219,8 +244,8 @@ def pipeline_svg(recording: Recording, i: int, numbered: bool = True) -> str:
     and, with numbered=True, `data-step` (the index; leave it out for output compared across
     runs, like `tracing.step_text(..., numbered=False)`).
     """
-    step = recording[i]
-    active, decided = pipeline_stage(recording, step.index)
+    step = path[-1]
+    active, decided = pipeline_stage(path)
     bw, bh, gap, top = 178, 70, 20, 34
     width = len(PIPELINE) * bw + (len(PIPELINE) - 1) * gap + 20
     height = 180

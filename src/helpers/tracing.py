@@ -36,6 +36,7 @@ from types import CodeType, SimpleNamespace
 from typing import Any
 
 from helpers.compile_tools import graph_ops
+from helpers.pictures import pipeline_svg
 from helpers.source import SourceView, package_root, permalink, source_view
 
 __all__ = [
@@ -408,11 +409,9 @@ def _step_html(recording: Recording, i: int, lines: int) -> str:
     link = f'<a href="{html.escape(view.url)}" target="_blank">permalink</a>' if view else ""
     head, _, body = text.partition("\n\n")
     head = head.partition("\n")[2]  # the name is the title already
-    from helpers.pictures import pipeline_svg
-
     return (
         f'<div class="pipeline-step" data-step="{step.index}">'
-        f"{pipeline_svg(recording, step.index)}"
+        f"{pipeline_svg(recording.path_to(step.index))}"
         f"<div><b><code>{html.escape(step.name)}</code></b> {link}</div>"
         f"<pre>{html.escape(head)}</pre><pre>{html.escape(body)}</pre></div>"
     )

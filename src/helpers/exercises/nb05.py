@@ -85,7 +85,7 @@ def reduce_scatter_owners(answer: Any) -> str:
     if found == {r: r for r in range(RS_RANKS)}:
         raise Hint(
             "rank r SENDS its own chunk r first and never gets it back during the "
-            "reduce-scatter; look at the green chunks of `ring_svg(sim, N - 1)`"
+            "reduce-scatter; look at the green chunks of `ring_svg(sim.steps, N - 1)`"
         )
     if found == {r: (r - 1) % RS_RANKS for r in range(RS_RANKS)}:
         raise Hint("wrong direction: rank r sends to rank r+1 (`ring_schedule`), not to r-1")
