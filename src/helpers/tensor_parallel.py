@@ -55,6 +55,7 @@ __all__ = [
     "COMM_LOG",
     "ring_bytes",
     "max_errors",
+    "max_diff",
     "SEQUENCE_PARTIAL",
     "activation_bytes",
     "korthikanti_bytes",
@@ -441,6 +442,11 @@ def max_errors(per_rank: list[dict], name: str) -> dict[str, float]:
             errors[k] = max(float((torch.tensor(r["grads"][k]) - g[k].reshape(-1)).abs().max())
                             for r, g in zip(runs, grads, strict=True))  # fmt: skip
     return errors
+
+
+def max_diff(a: dict[str, list[float]], b: dict[str, list[float]]) -> float:
+    """Max |a[k][i] - b[k][i]| over the keys of `b` (flat gradient lists of equal length)."""
+    return max(max((abs(x - y) for x, y in zip(a[k], b[k], strict=True)), default=0.0) for k in b)
 
 
 def _grad_shards(layer: Layer, rank: int, world_size: int) -> dict[str, torch.Tensor]:
