@@ -11,17 +11,22 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 REVEAL_VERSION := 4.6.1
 REVEAL_DIR := $(VENV)/share/reveal.js
 REVEAL_STAMP := $(REVEAL_DIR)/.installed-$(REVEAL_VERSION)
+# pytest-xdist: one worker per core; each test file and each notebook runs whole on one worker,
+# longest first (conftest.py: the units, their order, the files that share a build)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder
+TIMINGS := _build/timings
 
 .PHONY: help lab test test-lax unit execute zh lint bench system-deps slides-deps book slides \
-	slurm-check clean
+	slurm-check clean timings
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt -e .
+	@# the venv's own pip installs every pin (no pip self-upgrade: one download less)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
 		--display-name "Python 3 (PyTorch Source Reading)" >/dev/null
 	@# JupyterLab settings for this environment: no "fetch Jupyter news?" prompt, no update check
@@ -44,7 +49,9 @@ system-deps: ## install what pip cannot (headless Chromium for the browser tests
 
 slides-deps: $(REVEAL_STAMP) ## install reveal.js (npm, pinned) into the venv for `make slides`
 
-$(REVEAL_STAMP): $(STAMP) | system-deps
+# order-only on the venv: a change of requirements.txt does not reinstall reveal.js (a new venv
+# has no reveal.js folder, so it is installed then)
+$(REVEAL_STAMP): | $(STAMP) system-deps
 	@if ! command -v npm >/dev/null; then \
 	  echo "warning: no npm (Debian: apt-get install npm): no reveal.js, the slides test will be skipped"; \
 	else \
@@ -57,13 +64,22 @@ lab: $(STAMP) ## open the notebooks in JupyterLab at the orientation notebook (h
 		--LabApp.default_url=/lab/tree/00_orientation.ipynb
 
 test: $(STAMP) system-deps slides-deps ## unit tests + every notebook re-executed and diffed (strict nbval)
-	$(BIN)/python -m pytest --nbval -q tests notebooks
+	$(BIN)/python -m pytest $(PARALLEL) --nbval -q tests notebooks
 
 test-lax: $(STAMP) system-deps slides-deps ## same, comparing only asserts (GPU machines, other torch versions)
-	$(BIN)/python -m pytest --nbval-lax -q tests notebooks
+	$(BIN)/python -m pytest $(PARALLEL) --nbval-lax -q tests notebooks
 
 unit: $(STAMP) slides-deps ## unit tests only
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest $(PARALLEL) -q tests
+
+timings: $(STAMP) system-deps slides-deps ## make test, timed: wall and CPU per test file and notebook (_build/timings.md)
+	rm -rf $(TIMINGS)
+	$(BIN)/python -m pytest $(PARALLEL) --nbval -q -p tools.timings --timings-out=$(TIMINGS) \
+		tests notebooks; status=$$?; \
+	$(BIN)/python tools/timings.py $(TIMINGS) --label "make timings, JOBS=$(JOBS), $$(date -u +%F)" \
+		--weights $(TIMINGS)/weights.json > $(TIMINGS).md; cat $(TIMINGS).md; \
+	echo "per-file weights for conftest.py's order: cp $(TIMINGS)/weights.json tools/test_weights.json"; \
+	exit $$status
 
 # nbconvert stops at a failing cell unless it is tagged raises-exception: tag the cells marked
 # for nbval first. nbstripout keeps outputs *and* counts (nbval skips cells without a count).
