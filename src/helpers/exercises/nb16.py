@@ -1,0 +1,110 @@
+"""Judges for notebook 16 (pipeline parallelism): bubbles, slots and activations held.
+
+The truths come from `helpers.pipeline_parallel`: `bubble_formula` and `simulate` (16.1),
+torch's own `Schedule1F1B.pipeline_order` read by `library_order` (16.2), and the from-scratch
+1F1B order counted by `peak_in_flight` (16.3). No judge launches processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from helpers import pipeline_parallel as pp
+from helpers.exercises import Hint, exercise
+
+BUBBLE_P, BUBBLE_M = 8, 32  # 16.1
+SLOT_P, SLOT_M, SLOT_RANK, SLOT_INDEX = 4, 8, 1, 4  # 16.2
+HELD_P, HELD_M = 8, 16  # 16.3
+
+
+def _number(answer: Any) -> bool:
+    return isinstance(answer, (int, float)) and not isinstance(answer, bool)
+
+
+def gpipe_idle(p: int = BUBBLE_P, m: int = BUBBLE_M) -> float:
+    """GPipe's idle fraction, replayed by `simulate` (it equals `bubble_formula`)."""
+    orders = {r: pp.scratch_order("gpipe", p, m, r) for r in range(p)}
+    return pp.simulate(orders)["idle_fraction"]
+
+
+@exercise("16.1", "GPipe's idle fraction for p = 8, m = 32")
+def bubble(answer: Any) -> str:
+    if not _number(answer):
+        raise Hint("give a number, the fraction of the step a rank is idle (between 0 and 1)")
+    p, m = BUBBLE_P, BUBBLE_M
+    truth = gpipe_idle()
+    if abs(answer - truth) < 1e-3:
+        return (
+            f"{truth:.4f} = (p-1)/(m+p-1) = {p - 1}/{m + p - 1}: the fill and the drain cost "
+            f"p-1 slots of forward+backward each rank spends idle out of m+p-1."
+        )
+    if abs(answer - (p - 1) / m) < 1e-3:
+        raise Hint(
+            "(p-1)/m is the Playbook's ratio of the bubble to the ideal time, not a fraction of "
+            "the step: the step lasts m+p-1 slots, not m"
+        )
+    if abs(answer - (1 - truth)) < 1e-3:
+        raise Hint("that is the fraction a rank is busy; the question asks for the idle part")
+    if abs(answer - (p - 1) / (m + p)) < 1e-3 or abs(answer - p / (m + p - 1)) < 1e-3:
+        raise Hint("off by one slot: count the p-1 slots of fill before the last stage starts")
+    raise Hint("replay it: pp.simulate({r: pp.scratch_order('gpipe', 8, 32, r) for r in range(8)})")
+
+
+def slot_action(
+    p: int = SLOT_P, m: int = SLOT_M, rank: int = SLOT_RANK, index: int = SLOT_INDEX
+) -> str:
+    """Kind and micro-batch of `rank`'s compute action number `index` in torch's 1F1B plan."""
+    stage, kind, mb = pp.executed_compute(pp.library_order("Schedule1F1B", p, m)[rank])[index]
+    return f"{kind}{mb}"
+
+
+@exercise("16.2", "Rank 1's fifth action in Schedule1F1B, p = 4, m = 8")
+def slot(answer: Any) -> str:
+    if not isinstance(answer, str):
+        raise Hint('give a string such as "F2" or "B0"')
+    a = answer.strip().upper().replace(" ", "")
+    truth = slot_action()
+    if a == truth:
+        return (
+            f"{truth}: rank 1 runs p-1-r = 2 warm-up forwards (F0, F1), then alternates one "
+            "forward and one backward: F2, B0, F3, B1, ..."
+        )
+    if a == "F4":
+        raise Hint("that would be GPipe's order (every forward first); 1F1B starts backward early")
+    if a in ("B0", "F2"):
+        raise Hint("one slot too early: index 4 counts from 0, so it is the fifth action")
+    if a == "B1":
+        raise Hint("one slot too late: count F0 F1 F2 B0 ... from index 0")
+    raise Hint(
+        "rank r runs p-1-r forwards, then one forward and one backward in turn; "
+        "print pp.library_order('Schedule1F1B', 4, 8)[1]"
+    )
+
+
+def held_1f1b(p: int = HELD_P, m: int = HELD_M) -> list[int]:
+    """Per rank, the most micro-batches 1F1B holds (forwarded, not yet backwarded)."""
+    return [pp.peak_in_flight(pp.scratch_order("1f1b", p, m, r)) for r in range(p)]
+
+
+@exercise("16.3", "Micro-batches held per rank under 1F1B, p = 8, m = 16")
+def held(answer: Any) -> str:
+    if not isinstance(answer, (list, tuple)) or not all(_number(a) for a in answer):
+        raise Hint("give a list of numbers, one per rank, rank 0 first")
+    truth = held_1f1b()
+    got = list(answer)
+    if len(got) != HELD_P:
+        raise Hint(f"one number per rank: {HELD_P} ranks")
+    if got == truth:
+        return (
+            f"{truth}: rank r holds its p-1-r warm-up micro-batches plus the one it forwards "
+            "before its first backward, p-r in all, whatever m is (GPipe would hold m = 16)."
+        )
+    if got == [HELD_M] * HELD_P:
+        raise Hint("that is GPipe: every forward before any backward; 1F1B starts backward early")
+    if got == [t - 1 for t in truth]:
+        raise Hint("count the steady state's first forward too: it runs before the first backward")
+    if got == [HELD_P] * HELD_P:
+        raise Hint("p is rank 0's peak; later ranks start backward sooner")
+    if got == truth[::-1]:
+        raise Hint("reversed: rank 0 (the first stage) waits longest for its first backward")
+    raise Hint("count with pp.peak_in_flight(pp.scratch_order('1f1b', 8, 16, r)) for each r")

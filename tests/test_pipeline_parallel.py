@@ -1,0 +1,143 @@
+"""helpers.pipeline_parallel against one process and torch.distributed.pipelining itself.
+
+- split_microbatches refuses a count that does not divide the batch (a clear error);
+- the from-scratch orders equal the plans of torch's ScheduleGPipe and Schedule1F1B (except
+  1F1B's last rank, whose plan is wrong on torch 2.13-2.15: asserted, so a fix shows up);
+- simulate gives the textbook idle fractions and names the ranks of a deadlocked order;
+- the saved-bytes meter counts one micro-batch's activations and drops them after backward;
+- on 2 gloo ranks: from-scratch GPipe/1F1B and torch's schedules give one process's loss and
+  gradients; a mismatched recv ends within seconds naming the ranks; a bad micro-batch count
+  fails on the ranks with the same clear error.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from helpers import pipeline_parallel as pp
+from helpers.launch import WorkerError, launch
+
+
+def _grad_error(per_rank: list, k: int, ref: dict) -> float:
+    grads = {n: g for r in per_rank for n, g in r[k]["grads"].items()}
+    assert set(grads) == set(ref["grads"]), f"parameters: {sorted(grads)} vs {sorted(ref['grads'])}"
+    pairs = [(a, b) for n in ref["grads"] for a, b in zip(grads[n], ref["grads"][n], strict=True)]
+    return max(abs(a - b) for a, b in pairs)
+
+
+@pytest.mark.parametrize("m", [3, 5, 0, -1, 2.0, True])
+def test_split_refuses_bad_counts(m) -> None:
+    x = torch.zeros(pp.BATCH, pp.WIDTH)
+    with pytest.raises(ValueError, match="micro-batches"):
+        pp.split_microbatches(x, m)
+
+
+def test_split_equal_parts() -> None:
+    x = torch.arange(pp.BATCH * pp.WIDTH, dtype=torch.float32).view(pp.BATCH, pp.WIDTH)
+    parts = pp.split_microbatches(x, 4)
+    assert [p.shape[0] for p in parts] == [4] * 4 and torch.equal(torch.cat(parts), x)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 4), (3, 6)])
+def test_scratch_orders_match_torch_plans(p: int, m: int) -> None:
+    gpipe = pp.library_order("ScheduleGPipe", p, m)
+    one_f_one_b = pp.library_order("Schedule1F1B", p, m)
+    for r in range(p):
+        assert pp.executed_compute(gpipe[r]) == pp.scratch_order("gpipe", p, m, r)
+    for r in range(p - 1):
+        assert pp.executed_compute(one_f_one_b[r]) == pp.scratch_order("1f1b", p, m, r)
+    last = [a[2] for a in pp.executed_compute(one_f_one_b[p - 1]) if a[1] == "F"]
+    assert last == list(range(1, m + 1)), f"torch's 1F1B plan, last rank: {last}"
+
+
+def test_scratch_order_unknown_schedule() -> None:
+    with pytest.raises(ValueError, match="unknown schedule"):
+        pp.scratch_order("zb", 2, 4, 0)
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (4, 8), (8, 16)])
+def test_simulate_gpipe_and_1f1b_bubble(p: int, m: int) -> None:
+    for name in ("gpipe", "1f1b"):
+        sim = pp.simulate({r: pp.scratch_order(name, p, m, r) for r in range(p)})
+        assert abs(sim["idle_fraction"] - pp.bubble_formula(p, m)) < 1e-12, (name, sim["idle"])
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16)])
+def test_simulate_interleaved_bubble(p: int, m: int) -> None:
+    sim = pp.simulate(pp.library_order("ScheduleInterleaved1F1B", p, m))
+    assert abs(sim["idle_fraction"] - pp.bubble_formula(p, m, v=2)) < 1e-12
+
+
+def test_simulate_names_deadlocked_ranks() -> None:
+    orders = {0: [(0, "B", 0), (0, "F", 0)], 1: [(1, "F", 0), (1, "B", 0)]}
+    with pytest.raises(RuntimeError, match=r"deadlock: ranks \[0, 1\]"):
+        pp.simulate(orders)
+    with pytest.raises(RuntimeError, match="deadlock"):
+        pp.simulate(pp.library_order("Schedule1F1B", 4, 8))
+
+
+def test_peak_in_flight() -> None:
+    p, m = 4, 8
+    assert [pp.peak_in_flight(pp.scratch_order("gpipe", p, m, r)) for r in range(p)] == [m] * p
+    assert [pp.peak_in_flight(pp.scratch_order("1f1b", p, m, r)) for r in range(p)] == [4, 3, 2, 1]
+
+
+def test_saved_bytes_counts_activations_and_frees_them() -> None:
+    model = pp.make_model(2)
+    meter = pp.SavedBytes()
+    pp._prepare_stage(model, 0.0, meter)
+    x = torch.randn(4, pp.WIDTH)
+    out = model(x)
+    # per block: the Linear's input (for the weight's gradient) and tanh's output
+    assert meter.live == 2 * 2 * 4 * pp.WIDTH * 4, meter.live
+    out.sum().backward()
+    del out
+    assert meter.live == 0 and meter.peak == 2 * 2 * 4 * pp.WIDTH * 4
+
+
+def test_timeline_svg_is_deterministic() -> None:
+    orders = {r: pp.scratch_order("1f1b", 4, 8, r) for r in range(4)}
+    a = pp.timeline_svg(pp.simulate(orders), "1F1B")
+    b = pp.timeline_svg(pp.simulate(orders), "1F1B")
+    assert a == b and a.count('class="action"') == 4 * 16 and a.startswith("<svg")
+
+
+def test_scratch_on_two_ranks_equals_one_process() -> None:
+    runs = [dict(schedule="gpipe", m=4), dict(schedule="1f1b", m=4)]
+    res = launch(pp.scratch_worker, 2, args=(runs,), timeout_s=120)
+    ref = pp.reference(2)
+    for k in range(2):
+        assert abs(res[1][k]["loss"] - ref["loss"]) < 1e-6
+        assert _grad_error(res, k, ref) < 1e-6
+    assert [r[0]["peak_held"] for r in res] == [4, 4]
+    assert [r[1]["peak_held"] for r in res] == [2, 1]
+
+
+def test_torch_schedules_on_two_ranks_equal_one_process() -> None:
+    runs = [dict(name=n, m=4) for n in ("ScheduleGPipe", "Schedule1F1B", "ScheduleInterleaved1F1B")]
+    res = launch(pp.library_worker, 2, args=(runs,), timeout_s=180)
+    ref = pp.reference(4)
+    for k in range(len(runs)):
+        loss = [r[k]["loss"] for r in res if r[k]["loss"] is not None]
+        assert len(loss) == 1 and abs(loss[0] - ref["loss"]) < 1e-6, (runs[k], loss)
+        assert _grad_error(res, k, ref) < 1e-6, runs[k]
+    # what 1F1B ran is the from-scratch order, on every rank
+    assert [r[1]["order"] for r in res] == [pp.scratch_order("1f1b", 2, 4, r) for r in range(2)]
+
+
+def test_mismatched_recv_ends_in_bounded_time_naming_ranks() -> None:
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        launch(pp.mismatch_worker, 2, args=(1.0,), timeout_s=120)
+    assert time.monotonic() - start < 60
+    text = str(info.value)
+    assert sorted(info.value.ranks) == [0, 1] and "PipelineTimeout" in text
+    assert "rank 0: recv with rank 1" in text or "rank 1: recv with rank 0" in text
+
+
+def test_bad_microbatch_count_fails_on_the_ranks() -> None:
+    with pytest.raises(WorkerError, match="3 micro-batches do not divide a batch of 16"):
+        launch(pp.scratch_worker, 2, args=([dict(schedule="gpipe", m=3)],), timeout_s=120)
