@@ -27,6 +27,7 @@ __all__ = [
     "make_model",
     "param_mib",
     "batch",
+    "optimize_ddp_mode_readers",
     "compile_worker",
     "profile_worker",
     "is_allreduce",
@@ -97,6 +98,29 @@ def _record_ddp_optimizer(log: list[dict[str, Any]]) -> Any:
 
     DDPOptimizer.compile_fn = compile_fn
     return original
+
+
+def optimize_ddp_mode_readers() -> dict[str, list[str]]:
+    """Where the installed torch acts on `optimize_ddp`: {file: modes compared}, package-wide.
+
+    Every `.py` file under torch/ is searched for `get_optimize_ddp_mode() == "<mode>"`, the only
+    way the mode is read (the function itself maps True/False to "ddp_optimizer" and
+    "no_optimization" and validates the string against `_ddp_optimization_mode`). A mode that no
+    file compares against changes nothing: it behaves as "no_optimization". On 2.13.0, 2.14.1 and
+    2.15.0: DDP's constructor compares "python_reducer", CatchErrorsWrapper "ddp_optimizer".
+    """
+    import re
+
+    root = Path(torch.__file__).parent
+    pattern = re.compile(r"get_optimize_ddp_mode\(\)\s*==\s*[\"']([a-z_]+)[\"']")
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "get_optimize_ddp_mode" in text:
+            modes = sorted(set(pattern.findall(text)))
+            if modes:
+                found[path.relative_to(root.parent).as_posix()] = modes
+    return found
 
 
 def _train_step(model: nn.Module, x: torch.Tensor) -> None:
@@ -237,6 +261,7 @@ def trace_names(path: str | os.PathLike[str]) -> Counter[str]:
 
 
 _KEEP = ("backward:", "autograd::engine::evaluate_function", "DistributedDataParallel.forward")
+LAUNCH = "c10d::allreduce_"  # the dispatcher op: where the backward's thread starts an all-reduce
 
 
 def _events(prof: Any) -> list[dict[str, Any]]:
@@ -244,7 +269,7 @@ def _events(prof: Any) -> list[dict[str, Any]]:
     return [
         {"name": e.name, "start": e.time_range.start, "end": e.time_range.end}
         for e in prof.events()
-        if is_allreduce(e.name) or e.name.startswith(_KEEP)
+        if is_allreduce(e.name) or e.name == LAUNCH or e.name.startswith(_KEEP)
     ]
 
 
@@ -303,6 +328,9 @@ def analyze_profile(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
     "compute" is the union of the autograd engine's evaluate_function events (backward kernels);
     "all-reduce" the union of the gloo/NCCL all-reduce events as the profiler records them.
+    "launched_early": per synced backward, how many all-reduces its thread started (`c10d::
+    allreduce_`) before the backward's last evaluate_function began, i.e. while backward still
+    had gradients to compute: an order on one thread, not a timing.
     """
     events, accum = result["events"], result["accum"]
     spans = [e for e in events if e["name"].startswith("backward:")]
@@ -322,6 +350,11 @@ def analyze_profile(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         def starts_in(e: dict[str, Any], group: list[dict[str, Any]]) -> bool:
             return any(b["start"] <= e["start"] <= b["end"] for b in group)
 
+        def launched_early(b: dict[str, Any]) -> int:
+            inside = [e for e in events if b["start"] <= e["start"] <= b["end"]]
+            last = max(e["start"] for e in inside if e["name"].startswith("autograd::engine"))
+            return sum(e["name"] == LAUNCH and e["start"] < last for e in inside)
+
         comm_spans = [(e["start"], e["end"]) for e in comm]
         comm_us = sum(e - s for s, e in interval_union(comm_spans))
         out[phase] = {
@@ -329,6 +362,7 @@ def analyze_profile(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "allreduces": len(comm),
             "in_synced_backward": sum(starts_in(e, synced) for e in comm),
             "in_skipped_backward": sum(starts_in(e, skipped) for e in comm),
+            "launched_early": [launched_early(b) for b in synced],
             "allreduce_ms": comm_us / 1e3,
             "overlap_fraction": overlap_us(comm_spans, compute) / comm_us if comm_us else 0.0,
             "window_ms": (hi - lo) / 1e3,

@@ -199,7 +199,8 @@ def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:
             out["collectives"] = counts
             inner = optimizer.optimizer if isinstance(optimizer, ZeroAdamW) else optimizer
             extra = _bytes(optimizer.shards) if isinstance(optimizer, ZeroAdamW) else 0
-            out["optimizer_bytes"] = _state_bytes(inner) + extra
+            out["moment_bytes"] = _state_bytes(inner)  # AdamW's exp_avg and exp_avg_sq only
+            out["optimizer_bytes"] = out["moment_bytes"] + extra
             if scheme == "fsdp2":
                 w = model[0].weight
                 out["dtensor"] = {
