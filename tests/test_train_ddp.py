@@ -260,6 +260,23 @@ def test_resume_is_exact_with_dropout_augmentation_and_workers(tmp_path, monkeyp
     assert _history(tmp_path)[0]["loss"] != whole[0]["loss"]
 
 
+def test_agent_store_rule_matches_the_installed_source() -> None:
+    """The live probe of `_create_c10d_store` agrees with what the installed source says:
+    2.13 decides on TORCHELASTIC_USE_AGENT_STORE alone (a client at every address); 2.14.1 and
+    2.15.0 also check the address (`_agent_store_serves`), so rank 0 hosts at any other."""
+    import importlib
+
+    rdzv = importlib.import_module("torch.distributed.rendezvous")
+    checks_address = hasattr(rdzv, "_agent_store_serves")
+    branch = "_agent_store_serves(hostname, port)" if checks_address else (
+        "_torchelastic_use_agent_store()"
+    )  # fmt: skip
+    assert f"if {branch}:" in __import__("inspect").getsource(rdzv._create_c10d_store)
+    found = train_ddp.agent_store_rule()
+    expected = {"agent address": "client", "other address": "hosts" if checks_address else "client"}
+    assert found == expected, (torch.__version__, found)
+
+
 def test_each_worker_group_gets_a_fresh_key_space(monkeypatch) -> None:
     """Two groups of 2 ranks in one agent store (a restart): each gets its own key prefix,
     whatever the first group left behind; a rank whose rank 0 never comes fails in seconds."""

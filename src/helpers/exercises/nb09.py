@@ -42,8 +42,9 @@ _SET_BY_TORCHRUN_FOR_THE_SCRIPT = {
     "LOCAL_RANK": "LOCAL_RANK picks this process's GPU (the script reads it); env:// never does",
     "TORCHELASTIC_RESTART_COUNT": "the script reads TORCHELASTIC_RESTART_COUNT to decide "
     "whether to resume; env:// does not",
-    "TORCHELASTIC_USE_AGENT_STORE": "TORCHELASTIC_USE_AGENT_STORE tells the script to use "
-    "the agent's store; env:// does not read it",
+    "TORCHELASTIC_USE_AGENT_STORE": "TORCHELASTIC_USE_AGENT_STORE is optional: the store "
+    "env:// builds (`_create_c10d_store`) only looks whether it is set, to decide who hosts the "
+    "store; `_get_env_or_raise` never asks for it",
     "LOCAL_WORLD_SIZE": "LOCAL_WORLD_SIZE is set by torchrun, but env:// does not read it",
     "GROUP_RANK": "GROUP_RANK (the node's rank) is set by torchrun, but env:// does not read it",
 }
