@@ -46,6 +46,14 @@ def test_subgraphs_follow_bucket_cap(compiled) -> None:
         assert max(diffs) <= 1e-6, f"rank {rank}: compiled vs eager gradients differ by {diffs}"
 
 
+def test_only_two_optimize_ddp_modes_are_acted_on() -> None:
+    # the same on 2.13.0, 2.14.1 and 2.15.0: any other mode behaves as "no_optimization"
+    assert ddp_compile.optimize_ddp_mode_readers() == {
+        "torch/_dynamo/convert_frame.py": ["ddp_optimizer"],
+        "torch/nn/parallel/distributed.py": ["python_reducer"],
+    }
+
+
 def test_first_bucket_cap_below_one_mib_is_refused() -> None:
     from torch._dynamo.backends.distributed import DDPOptimizer
 
@@ -70,6 +78,9 @@ def test_allreduces_only_in_synced_backwards(profiled) -> None:
             assert s["allreduces"] == n == s["in_synced_backward"], f"rank {rank} {phase}: {s}"
             assert s["in_skipped_backward"] == 0, f"rank {rank} {phase}: {s}"
             assert 0.0 <= s["overlap_fraction"] <= 1.0, f"rank {rank} {phase}: {s}"
+            # 3 buckets: two launched on backward's thread before its last computation begins
+            early = [2] * (8 if phase == "sync" else 2)
+            assert s["launched_early"] == early, f"rank {rank} {phase}: {s['launched_early']}"
 
 
 def test_timeline_rows(profiled) -> None:
