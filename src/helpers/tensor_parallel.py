@@ -93,7 +93,7 @@ def make_layer(seed: int = 0, dtype: torch.dtype = torch.float32) -> Layer:
     """The same seeded layer on every rank (h = 16, a = 4 heads, ffn = 4h)."""
     torch.manual_seed(seed)
     layer = Layer().to(dtype)
-    for p in layer.parameters():  # LayerNorm's ones and zeros would hide a missing gradient
+    for p in layer.parameters():  # no special values (LayerNorm's ones and zeros, zero biases)
         with torch.no_grad():
             p.add_(0.1 * torch.randn_like(p))
     return layer
@@ -333,8 +333,8 @@ def activation_bytes(fn, params) -> tuple[Any, dict[str, int]]:
     """Run `fn()` and count the bytes of the tensors autograd saves for backward.
 
     Parameters (and views of them) are left out; a tensor saved twice (the same storage, offset,
-    shape and strides) counts once. LayerNorm's per-token mean and rstd (s·b elements each) are
-    counted apart, as "stats": the paper's formula leaves them out.
+    shape and strides) counts once. LayerNorm's per-token mean and rstd are counted apart, as
+    "stats" (one value per token each): the paper's formula leaves them out.
     """
     param_ptrs = {p.untyped_storage().data_ptr() for p in params}
     seen: dict[tuple, tuple[int, bool]] = {}
@@ -466,7 +466,7 @@ def layer_worker(rank: int, world_size: int, mode: str) -> dict[str, Any]:
 
 
 def tensor_parallel_worker(rank: int, world_size: int) -> dict[str, Any]:
-    """Every from-scratch measurement on this rank: TP, TP without f, SP, activation bytes."""
+    """Everything notebook 15 measures on this rank: TP, TP without f, SP, memory, DTensor."""
     device = current_device()
     layer, x, masks = make_layer(), layer_input().to(device), dropout_masks()
     masks = {k: v.to(device) for k, v in masks.items()}
@@ -625,7 +625,9 @@ def _scratch_mlp_counts(layer, rank, world_size, sequence) -> dict[str, dict[str
 
 
 def local_tensor_mlp(world_size: int) -> dict[str, Any]:
-    """The same DTensor MLP as N ranks in this one process (LocalTensorMode, fake group).
+    """The DTensor MLP block (tensor-parallel plan) as N ranks in this one process.
+
+    LocalTensorMode with the fake process group.
 
     Private, testing-only API (torch.distributed._local_tensor). Initialises the "fake" process
     group in this process and destroys it before returning.
