@@ -175,6 +175,18 @@ def test_failure_messages_from_the_forms_pytest_writes() -> None:
     assert matrix.failure_message(unit) == ("AssertionError", "expected 1, found 2\nassert 2 == 1")
     error = "\x1b[31mFileNotFoundError\x1b[39m: [Errno 2] No such file: 'x.hpp'"
     assert matrix.failure_message(error) == ("FileNotFoundError", "[Errno 2] No such file: 'x.hpp'")
+    gone = "Traceback:\n---> 3 show_source(f)\n\nPatternMissing: pattern 'x' occurs 0 time(s)"
+    assert matrix.failure_message(gone) == ("PatternMissing", "pattern 'x' occurs 0 time(s)")
+    moved = "E   helpers.source.SourceFileMissing: header_view: expected the file 'a.hpp'"
+    assert matrix.failure_message(moved) == (
+        "helpers.source.SourceFileMissing",
+        "header_view: expected the file 'a.hpp'",
+    )
+    bare = "E       assert False\nE        +  where False = all(...)"
+    assert matrix.failure_message(bare) == (
+        "AssertionError",
+        "assert False\n+  where False = all(...)",
+    )
     assert matrix.failure_message("Timeout (600 s) waiting for the kernel") == (
         "Error",
         "Timeout (600 s) waiting for the kernel",

@@ -197,7 +197,10 @@ def run_version(version: str, venv: Path, out: Path, extra: list[str]) -> int:
 # --------------------------------------------------------------------------------------------
 
 ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*[A-Za-z]")
-EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))(?::|$)")
+# an exception's type at the start of a line: builtin names and ours (PatternMissing, ...)
+EXCEPTION_LINE = re.compile(
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Missing|Failed|Timeout))(?::|$)"
+)
 
 
 def failure_message(text: str) -> tuple[str, str]:
@@ -218,6 +221,8 @@ def failure_message(text: str) -> tuple[str, str]:
     if e_lines:
         match = EXCEPTION_LINE.match(e_lines[0])
         name = match.group(1) if match else "Error"
+        if not match and e_lines[0].startswith("assert "):  # pytest's rewritten bare assert
+            name = "AssertionError"
         first = e_lines[0][match.end() :].strip() if match else e_lines[0]
         return name, "\n".join([first, *e_lines[1:]]).strip()[:MESSAGE_LIMIT]
     stripped = text.strip()
