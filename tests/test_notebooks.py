@@ -304,3 +304,30 @@ def test_no_typed_line_numbers(nb: Path) -> None:
         assert not re.search(r"\.py[:#]L?\d+|\bline \d{2,}\b|#L\d+", src), (
             f"{nb.name}: typed line number in {src[:80]!r}"
         )
+
+
+KERNEL = "pytorch-source-reading"  # the project kernel (Makefile KERNEL, `make execute`)
+
+
+def kernel_problems(metadata: dict) -> list[str]:
+    """The notebook opens with the project's kernel (the venv `make lab` installs), not a generic
+    `python3` that may have no torch or another one."""
+    spec = metadata.get("kernelspec") or {}
+    if spec.get("name") != KERNEL:
+        return [f"kernelspec: expected name {KERNEL!r}, found {spec.get('name')!r}"]
+    return []
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_kernelspec_is_the_project_kernel(nb: Path) -> None:
+    problems = kernel_problems(json.loads(nb.read_text())["metadata"])
+    assert not problems, f"{nb.name}: {problems}"
+
+
+def test_kernelspec_rule_catches_a_generic_kernel() -> None:
+    good = {"kernelspec": {"name": KERNEL, "display_name": "Python 3 (PyTorch Source Reading)"}}
+    assert kernel_problems(good) == []
+    assert kernel_problems({"kernelspec": {"name": "python3"}}) == [
+        "kernelspec: expected name 'pytorch-source-reading', found 'python3'"
+    ]
+    assert kernel_problems({}) == ["kernelspec: expected name 'pytorch-source-reading', found None"]
