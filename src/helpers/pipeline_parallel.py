@@ -458,7 +458,7 @@ def scratch_step(
     m: int,
     delay_s: float = 0.0,
     blocking: bool = False,
-    op_timeout_s: float = 10.0,
+    op_timeout_s: float = 60.0,
 ) -> dict[str, Any]:
     """One training step of `schedule` ("gpipe" or "1f1b") on this rank's stage (block `rank`).
 
