@@ -22,7 +22,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import nbformat
 import pytest
-from static_site import HOST, chromium, http_status, serve, visit
+from static_site import HOST, http_status, serve, visit
 
 from tools import book
 
@@ -164,12 +164,6 @@ def site(tmp_path_factory: pytest.TempPathFactory):
     book.build(out, both=True)
     with serve(out) as base:
         yield out, base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as launched:
-        yield launched
 
 
 def _title(nb_path: Path) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
-from static_site import chromium, serve, visit
+from static_site import serve, visit
 
 from tools import slides
 
@@ -137,12 +137,6 @@ def deck(tmp_path_factory: pytest.TempPathFactory):
     slides.export(copies, out)
     with serve(out) as base:
         yield out, base, copies
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as launched:
-        yield launched
 
 
 def test_stored_slide_metadata_is_current() -> None:
