@@ -127,7 +127,7 @@ def test_step_text_is_pure_and_viewer_uses_it(eager_recording: Recording) -> Non
     assert slider.max == len(rec) - 1 and "_compile" in html_view.value
     assert "pipeline-step-view" in html_view._dom_classes
     assert "pipeline-step-slider" in slider._dom_classes
-    assert pipeline_svg(rec, i) in html_view.value  # the picture of the same step
+    assert pipeline_svg(rec.path_to(i)) in html_view.value  # the picture of the same step
     assert 'data-active-stage="Dynamo frame hook"' in html_view.value  # convert_frame
     guards = rec.first("CheckFunctionManager.__init__").index
     slider.value = guards
