@@ -170,7 +170,9 @@ def test_the_board_build_without_a_compiler_fails_as_the_guide_says(tmp_path) ->
     assert out.stdout.startswith(head), f"expected {head!r}..., found {out.stdout[:300]!r}"
     complaint = f"/bin/sh: 1: {NO_COMPILER}: not found"
     assert complaint in out.stdout, f"expected {complaint!r} in {out.stdout!r}"
-    assert not (tmp_path / "extensions" / name / f"{name}.so").exists(), "a library was built"
+    folder = tmp_path / "extensions" / f"torch-{torch.__version__}" / name
+    assert (folder / "build.ninja").exists(), f"expected the failed build in {folder}"
+    assert not (folder / f"{name}.so").exists(), f"a library was built in {folder}"
 
 
 def test_an_inductor_compile_without_a_compiler_fails_as_the_guide_says(tmp_path) -> None:

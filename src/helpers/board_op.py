@@ -75,9 +75,11 @@ def source_hash() -> str:
 
 
 def build_directory() -> Path:
-    """Where the build for this source lives: $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions."""
+    """Where the build for this source lives: $TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions,
+    under one folder per torch version (a library is built against one torch's headers, and the
+    version matrix runs 2.13, 2.14 and 2.15 side by side), named after the source's hash."""
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions"
-    return Path(root) / f"board_upsample_{source_hash()}"
+    return Path(root) / f"torch-{torch.__version__}" / f"board_upsample_{source_hash()}"
 
 
 @dataclass(frozen=True)
