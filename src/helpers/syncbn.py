@@ -53,6 +53,7 @@ __all__ = [
     "convert_sync_batchnorm",
     "sync_batchnorm_class",
     "global_batch_stats",
+    "all_reduce_backward_ops",
     "make_scenario",
     "make_global_batch",
     "syncbn_scenarios_worker",
@@ -108,6 +109,49 @@ def global_batch_stats(x: Tensor, group: Any) -> tuple[Tensor, Tensor, Tensor]:
     mean = s / n
     var = (ss / n - mean * mean).clamp_min(0.0)  # biased; clamp guards rounding below zero
     return mean, var, n
+
+
+REDUCE_OPS = ("sum", "avg", "premul_sum", "max", "min", "product")
+
+
+def all_reduce_backward_ops(ops: Sequence[str] = REDUCE_OPS) -> dict[str, str | None]:
+    """Per reduce op of a functional `all_reduce`: the op its registered backward all-reduces
+    the gradient with, or None where the backward refuses that op.
+
+    Probed in this process without a process group: the backward is called with a made-up
+    group name, and a dispatch mode records the `_c10d_functional.all_reduce` it issues (and
+    stops it there, before the group is looked up). `global_batch_stats` relies on "sum".
+    Read in each release: 2.13.0 only "sum"; 2.14.1 also "avg"; 2.15.0 also "premul_sum",
+    "max" and "min" (those two all-reduce with "sum", then split among the extremum holders).
+    """
+    import types
+
+    from torch.distributed import _functional_collectives as funcol
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Issued(Exception):
+        pass
+
+    class _Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            if func is torch.ops._c10d_functional.all_reduce.default:
+                raise _Issued(args[1])
+            return func(*args, **(kwargs or {}))
+
+    found: dict[str, str | None] = {}
+    for op in ops:
+        ctx = types.SimpleNamespace(reduce_op=op, group_name="no group: a probe")
+        try:
+            with _Record():
+                funcol.all_reduce_backward(ctx, torch.ones(2))
+            found[op] = "no all_reduce"  # not expected on any release read
+        except _Issued as issued:
+            found[op] = str(issued.args[0])
+        except RuntimeError as err:
+            if "backward only supports" not in str(err):
+                raise
+            found[op] = None
+    return found
 
 
 class CPUSyncBatchNorm(_BatchNorm):
