@@ -66,7 +66,7 @@ _NOISY_LOGGERS = {
 
 @contextlib.contextmanager
 def quiet_onnx() -> Iterator[None]:
-    """Silence what the pinned exporters print on every call, and only that.
+    """Silence what the pinned exporters print on every call (and every Future/DeprecationWarning).
 
     Inside: the `torch.onnx` logger at ERROR (the dynamo exporter's registry logs a warning
     per torchvision op when torchvision is not installed: `_registration._get_overload`),
