@@ -135,7 +135,8 @@ clean: ## remove the virtual environment and caches
 MATRIX_VERSIONS ?= 2.14.1 2.15.0
 MATRIX_CACHE ?= $(HOME)/.cache/pytorch-source-reading
 MATRIX_OUT ?= _build/matrix
-MATRIX_PYTEST_ARGS ?=
+# both cores, whole notebooks per worker, as `make test` (pytest-xdist is in requirements.txt)
+MATRIX_PYTEST_ARGS ?= $(PARALLEL)
 MATRIX := $(PYTHON) tools/matrix.py test --cache $(MATRIX_CACHE) --out $(MATRIX_OUT) \
 	--pytest-args "$(MATRIX_PYTEST_ARGS)"
 .PHONY: test-torch test-matrix matrix-report
