@@ -3,8 +3,10 @@
 Used by: notebook 07 (BatchNorm and SyncBatchNorm), the DDP training script (helpers.train_ddp),
 benchmarks/syncbn_cost.py and tests/test_syncbn.py.
 
-`nn.SyncBatchNorm` cannot train on CPU in torch 2.13 (its forward refuses CPU tensors and
-`aten::batch_norm_stats` has no CPU kernel; tests/test_syncbn.py checks both).
+`nn.SyncBatchNorm` cannot train on CPU in torch 2.13.0, 2.14.1 or 2.15.0 (measured on each: its
+forward refuses CPU tensors with "SyncBatchNorm expected input tensor to be on GPU or XPU or
+privateuseone", and `aten::batch_norm_stats` has no CPU kernel; tests/test_syncbn.py checks both
+on the installed torch).
 `CPUSyncBatchNorm` (exported as `SyncBatchNorm`) computes the same thing, BatchNorm over the
 global batch, in plain tensor ops and one all-reduce, so it trains under gloo on CPU; nothing in
 it is CPU-specific, but the collection tests it on CPU only (`native_syncbn_ddp_worker` compares
