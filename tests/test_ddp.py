@@ -109,6 +109,8 @@ FIRST_ITERATION = [
     ({"find_unused_parameters": True}, [MIB, 25 * MIB]),
     ({"find_unused_parameters": True, "static_graph": True}, [sys.maxsize]),
     ({"find_unused_parameters": True, "bucket_cap_mb": 25}, [25 * MIB]),
+    # a given bucket_cap_mb drops the 1 MiB first limit, also when it is small (the docstring)
+    ({"find_unused_parameters": True, "bucket_cap_mb": 4}, [4 * MIB]),
     ({"bucket_cap_mb_list": [1, 4]}, [MIB, 4 * MIB]),
 ]
 FIRST_ITERATION_OPTIONS = [options for options, _ in FIRST_ITERATION]

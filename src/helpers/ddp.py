@@ -80,11 +80,11 @@ def first_iteration_bucket_limits(
     Computed by the installed `torch.nn.parallel.distributed._BucketCapacityConfig` (`create`,
     then `compute_bucket_size_limits`), exactly as `DDP._ddp_init_helper` calls it. On 2.13.0,
     2.14.1 and 2.15.0 the result is `[sys.maxsize]` (one bucket, whatever the model's size)
-    unless `bucket_cap_mb_list` is given, or `find_unused_parameters=True` with
-    `static_graph=False`: then `[1 MiB, 25 MiB]` by default (`dist._DEFAULT_FIRST_BUCKET_BYTES`,
-    then `bucket_cap_mb`). After the first iteration the Reducer rebuilds the buckets in
-    gradient-ready order with the first-bucket and `bucket_cap_mb` limits. Raises AssertionError
-    naming what is missing if the installed DDP no longer has this configuration class.
+    unless `bucket_cap_mb_list` is given (its limits), or `find_unused_parameters=True` with
+    `static_graph=False`: `[1 MiB, 25 MiB]` without `bucket_cap_mb`, `[bucket_cap_mb]` with it.
+    After the first iteration the Reducer rebuilds the buckets in gradient-ready order (first
+    bucket 1 MiB, or `bucket_cap_mb` when given; then `bucket_cap_mb`, default 25 MiB). Raises
+    AssertionError naming what is missing if the installed DDP no longer has this class.
     """
     import torch.nn.parallel.distributed as ddp_module
 
@@ -383,9 +383,9 @@ def buffer_sync_rule(
     `forward_sync_buffers=False`, `at_forward`: one row per forward after the first,
     (previous forward's mode, this forward's mode, synced) where synced is True when rank 1
     started it with rank 0's buffers, False when with its own, None when they agreed anyway.
-    On 2.13.0, 2.14.1 and 2.15.0 (same DDP code): every option but `broadcast_buffers=False`
-    syncs at init; with the default, a forward syncs unless the one before ran under no_grad
-    (or `no_sync`), in train and eval mode alike; `forward_sync_buffers=False` never does.
+    On 2.13.0-2.15.0 (same buffer-sync code): every option but `broadcast_buffers=False` syncs at
+    init; with the default, a forward syncs unless the one before ran under no_grad (measured;
+    or `no_sync`: read in `_post_forward`), train or eval; `forward_sync_buffers=False` never does.
     """
     schedule = schedule or BUFFER_SCHEDULE
     i0, i1 = init_results[0], init_results[1]
