@@ -110,3 +110,11 @@ def test_local_tensor_mlp_matches_one_process() -> None:
     for k, want in reference["grads"].items():
         torch.testing.assert_close(torch.tensor(result["grads"][k]), torch.tensor(want))
     assert all(math.isclose(x, reference["loss"], rel_tol=1e-6) for x in result["loss"])
+
+
+def test_dtensor_sequence_parallel_keeps_the_gathered_input() -> None:
+    # what notebook 15 says of the DTensor block against GatherColumnLinear (section 7)
+    per_rank = launch(tp.dtensor_worker, 2, timeout_s=120)
+    full = tp.SEQ * tp.BATCH * tp.HIDDEN
+    for res in per_rank:
+        assert ("(Replicate(),)", full) in res["sp"]["saved"], res["sp"]["saved"]

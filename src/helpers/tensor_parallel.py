@@ -65,6 +65,7 @@ __all__ = [
     "mlp_block_reference",
     "parallel_mlp_block",
     "comm_counts",
+    "dtensor_worker",
     "local_tensor_mlp",
     "local_tensor_grad_placements",
 ]
@@ -578,9 +579,17 @@ def _dtensor_run(rank: int, world_size: int, sequence: bool) -> dict[str, Any]:
         chunk = SEQ // world_size
         x = x[rank * chunk : (rank + 1) * chunk]
     x = x.clone().requires_grad_()
-    with CommDebugMode() as comm:  # one context per phase (a second forward in one raises)
-        out = block(x)
-        loss = (out**2).sum()
+    saved = []  # (placements, numel) of every DTensor autograd keeps for backward
+
+    def pack(t):
+        if isinstance(t, DTensor):
+            saved.append((str(t.placements), t.numel()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with CommDebugMode() as comm:  # one context per phase (a second forward in one raises)
+            out = block(x)
+            loss = (out**2).sum()
     forward = comm_counts(comm)
     with CommDebugMode() as comm:
         loss.backward()
@@ -605,7 +614,13 @@ def _dtensor_run(rank: int, world_size: int, sequence: bool) -> dict[str, Any]:
         "grads": grads,
         "placements": placements,
         "comm": {"forward": forward, "backward": backward},
+        "saved": saved,
     }
+
+
+def dtensor_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """The DTensor MLP block alone, {"tp": ..., "sp": ...} (section 7 of notebook 15, for tests)."""
+    return {name: _dtensor_run(rank, world_size, sq) for name, sq in (("tp", False), ("sp", True))}
 
 
 def _scratch_mlp_counts(layer, rank, world_size, sequence) -> dict[str, dict[str, int]]:
