@@ -194,3 +194,33 @@ def test_an_inductor_compile_without_a_compiler_fails_as_the_guide_says(tmp_path
     )
     first = out.stdout.splitlines()[0] if out.stdout else ""
     assert first == expected, f"expected {expected!r}, found {out.stdout[:300]!r}"
+
+
+def test_a_killed_builds_lock_does_not_hang_the_next_build(tmp_path) -> None:
+    """torch's FileBaton `lock` names no owner: a builder killed before its `finally` leaves it,
+    and load_inline into that folder then waits forever. build() takes its turn on an flock (the
+    kernel drops it with its holder) and removes such a file; here a killed builder's lock sits
+    in the build folder and the (compiler-less, so quick) build still gets to the compiler."""
+    name = f"board_upsample_{board_op.source_hash()}"
+    folder = tmp_path / "extensions" / f"torch-{torch.__version__}" / name
+    folder.mkdir(parents=True)
+    killed = (
+        "import os, sys\n"
+        "from torch.utils.file_baton import FileBaton\n"
+        "assert FileBaton(sys.argv[1]).try_acquire()\n"
+        "os._exit(9)  # dies holding the baton, as a SIGKILLed build does\n"
+    )
+    subprocess.run([sys.executable, "-c", killed, str(folder / "lock")], check=False, timeout=120)
+    assert (folder / "lock").exists(), f"expected the killed builder's lock in {folder}"
+    code = (
+        "from helpers import board_op\n"
+        "try:\n"
+        "    board_op.build()\n"
+        "except RuntimeError as err:\n"
+        "    print(str(err).splitlines()[0])\n"
+    )
+    out = _without_compiler(tmp_path, code)  # hung until its timeout before the flock turn
+    assert out.returncode == 0, out.stderr
+    head = f"Error building extension '{name}'"
+    assert out.stdout.startswith(head), f"expected {head!r}..., found {out.stdout[:300]!r}"
+    assert not (folder / "lock").exists(), f"expected the build to release its lock in {folder}"

@@ -21,6 +21,8 @@ CPU dispatch key. Needs a C++ compiler and ninja (`requirements.txt` pins the `n
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import sys
@@ -110,18 +112,38 @@ def build(verbose: bool = False) -> BuildInfo:
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     start = time.perf_counter()
-    cpp_extension.load_inline(
-        name,
-        cpp_sources=[SOURCE_PATH.read_text()],
-        extra_cflags=["-O2"],
-        build_directory=str(folder),
-        is_python_module=False,  # TORCH_LIBRARY registers the ops; no Python module to import
-        verbose=verbose,
-    )
+    with _build_turn(folder):
+        cpp_extension.load_inline(
+            name,
+            cpp_sources=[SOURCE_PATH.read_text()],
+            extra_cflags=["-O2"],
+            build_directory=str(folder),
+            is_python_module=False,  # TORCH_LIBRARY registers the ops; no Python module to import
+            verbose=verbose,
+        )
     seconds = time.perf_counter() - start
     _register_python_parts()
     _LOADED = BuildInfo(name, "reused build" if reused else "compiled", seconds)
     return _LOADED
+
+
+@contextlib.contextmanager
+def _build_turn(folder: Path):
+    """Hold `folder`'s build turn: an exclusive `flock` on `folder/build.flock`.
+
+    torch's `FileBaton` (`torch/utils/file_baton.py`, the same in 2.13.0, 2.14.1 and 2.15.0)
+    locks a build folder by creating `lock` with O_EXCL and removing it in a `finally`; the file
+    names no owner, so when its builder is killed (SIGKILL, a cell timeout) the file stays and
+    every later `load_inline` into the folder spins in `FileBaton.wait()` forever. Every build
+    of this folder goes through here, and the kernel releases an `flock` when its holder dies:
+    whoever holds the turn is the only builder, so a `lock` it finds is a dead build's."""
+    with open(folder / "build.flock", "w") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)  # waits for a live build of this folder to finish
+        try:
+            (folder / "lock").unlink(missing_ok=True)  # a dead builder's FileBaton
+            yield
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
 
 
 def _upsample_fake(input, scale: int, mode: str):  # noqa: A002 (the schema's name)
