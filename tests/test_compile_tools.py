@@ -77,6 +77,19 @@ def test_dis_text_has_no_offsets_or_uuids() -> None:
     assert original[0] == "RESUME" and original[-1] == "RETURN_VALUE"
 
 
+def test_dis_text_separates_long_opnames() -> None:
+    def branch(a):
+        return 1 if a else 2
+
+    instructions = list(dis.get_instructions(branch.__code__))
+    long = [i.opname for i in instructions if len(i.opname) >= 22 and i.argrepr]
+    assert long, f"expected an opcode name of 22+ characters with an argument, found {long}"
+    lines = dis_text(branch.__code__).splitlines()
+    expected = [(i.opname, i.argrepr) for i in instructions]
+    found = [(line.split(maxsplit=1) + [""])[:2] for line in lines]
+    assert [tuple(f) for f in found] == expected, f"expected {expected}, found {found}"
+
+
 def test_mask_unique_ids() -> None:
     uuid = "_13a50ec2_8e07_4c36_8fed_1ae494827b49"
     text = f"NULL + __compiled_fn_26{uuid}\n__builtins_dict___25\n__resume_at_76_27"
@@ -220,6 +233,16 @@ def test_time_alternating_and_chain() -> None:
     assert set(medians) == {"a", "b"} and all(v > 0 for v in medians.values())
     expected = (torch.tanh(torch.relu(x.sin() * 2 + x.cos()) * x.sigmoid() - 0.5)) + x * x
     torch.testing.assert_close(pointwise_chain(x), expected)
+
+
+def test_time_alternating_reads_the_clock_it_is_given() -> None:
+    ticks = iter(range(0, 1000, 2))  # every reading 2 s after the previous one
+    medians = time_alternating(
+        {"a": lambda: None, "b": lambda: None}, repeats=3, clock=lambda: next(ticks)
+    )
+    assert medians == {"a": 2, "b": 2}, (
+        f"expected 2 s per call from the fake clock, found {medians}"
+    )
 
 
 def test_graph_ops_drops_addresses_of_python_functions() -> None:

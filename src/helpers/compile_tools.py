@@ -115,12 +115,14 @@ def dis_text(code: types.CodeType, *, width: int = 22) -> str:
 
     Offsets and source line numbers are left out (they move with any edit), and the counter
     and uuid Dynamo appends to `__compiled_fn_` are masked (`mask_unique_ids`): the call reads
-    `__compiled_fn_N`. Jump targets still name offsets.
+    `__compiled_fn_N`. Jump targets still name offsets. An opcode name as long as `width` or
+    longer (`POP_JUMP_FORWARD_IF_FALSE`, which 2.15's transformed code holds) still gets one
+    space before its argument.
     """
     lines = []
     for ins in dis.get_instructions(code):
         arg = mask_unique_ids(ins.argrepr)
-        lines.append(f"{ins.opname:<{width}}{arg}".rstrip())
+        lines.append(f"{ins.opname:<{width - 1}} {arg}".rstrip())
     return "\n".join(lines)
 
 
@@ -386,12 +388,17 @@ def mlp_loss(model: Any, x: Any, y: Any) -> Any:
 
 
 def time_alternating(
-    fns: dict[str, Callable[[], Any]], repeats: int = 15, warmup: int = 2
+    fns: dict[str, Callable[[], Any]],
+    repeats: int = 15,
+    warmup: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
     """Median seconds per call of each zero-argument callable, run in alternation.
 
     Alternating (a, b, a, b, ...) instead of all a's then all b's spreads a busy neighbour or a
     frequency change evenly over the contenders; the median ignores the odd slow round.
+    `clock` is wall time by default; `time.process_time` counts only the CPU time of this
+    process, which a neighbour that takes the core away delays but does not add to.
     """
     for fn in fns.values():
         for _ in range(warmup):
@@ -399,9 +406,9 @@ def time_alternating(
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(clock() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
