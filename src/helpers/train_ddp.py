@@ -86,6 +86,9 @@ __all__ = [
 ]
 
 CHECKPOINT_FORMAT = "helpers.train_ddp/1"
+# every collective (and the group's start) fails after this instead of gloo's default 30 min:
+# a rank stuck after a restart ends the run with an error that names the collective
+COLLECTIVE_TIMEOUT = timedelta(seconds=120)
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "data" / "digits.npz"
 KILL_ENV = "TRAIN_DDP_KILL_AT"
 STORE_PREFIX = "helpers.train_ddp"  # our keys in torchrun's shared store start with this
@@ -560,12 +563,13 @@ def _init_distributed(args: argparse.Namespace) -> RankInfo:
         if args.dist_url == "env://" and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             store = _group_store(rank, world_size)
             dist.init_process_group(
-                backend, store=store, rank=rank, world_size=world_size, device_id=device_id
-            )
+                backend, store=store, rank=rank, world_size=world_size, device_id=device_id,
+                timeout=COLLECTIVE_TIMEOUT,
+            )  # fmt: skip
         else:
             dist.init_process_group(
                 backend, init_method=args.dist_url, rank=rank, world_size=world_size,
-                device_id=device_id,
+                device_id=device_id, timeout=COLLECTIVE_TIMEOUT,
             )  # fmt: skip
         # every rank must agree whether this is a restart (it decides whether to resume), but
         # on several nodes the agents count restarts differently: take the largest count
