@@ -7,7 +7,11 @@ CPU dispatch key. Needs a C++ compiler and ninja (`requirements.txt` pins the `n
 - `build()` compiles the C++ source with `torch.utils.cpp_extension.load_inline` into a build
   folder named after the source's hash, loads it (`torch.ops.board.*`) and registers the Python
   parts: a fake kernel (shapes only, for torch.compile and torch.export) and autograd (the C++
-  backward op). Another process building the same source reuses the folder.
+  backward op). Another process building the same source reuses the folder. Builds of one
+  folder take turns on an `flock` (`build.flock`), which the kernel drops when its holder dies;
+  so on torch 2.13, whose `load_inline` locks with `FileBaton`, a `lock` file left by a build
+  killed before its `finally` is removed instead of waited on forever (2.14 and 2.15 lock with
+  `FileLock`, an OS lock whose file stays and blocks nobody).
 - `reference_upsample` is an independent NumPy version (interpolation matrices), the reference
   every test compares the C++ kernel against.
 - ONNX: `export_board_model(model, x, route)` exports with the dynamo exporter into a custom
@@ -112,7 +116,7 @@ def build(verbose: bool = False) -> BuildInfo:
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     start = time.perf_counter()
-    with _build_turn(folder):
+    with _build_turn(folder, baton="FileBaton" in vars(cpp_extension)):
         cpp_extension.load_inline(
             name,
             cpp_sources=[SOURCE_PATH.read_text()],
@@ -128,19 +132,22 @@ def build(verbose: bool = False) -> BuildInfo:
 
 
 @contextlib.contextmanager
-def _build_turn(folder: Path):
+def _build_turn(folder: Path, baton: bool):
     """Hold `folder`'s build turn: an exclusive `flock` on `folder/build.flock`.
 
-    torch's `FileBaton` (`torch/utils/file_baton.py`, the same in 2.13.0, 2.14.1 and 2.15.0)
-    locks a build folder by creating `lock` with O_EXCL and removing it in a `finally`; the file
-    names no owner, so when its builder is killed (SIGKILL, a cell timeout) the file stays and
-    every later `load_inline` into the folder spins in `FileBaton.wait()` forever. Every build
-    of this folder goes through here, and the kernel releases an `flock` when its holder dies:
-    whoever holds the turn is the only builder, so a `lock` it finds is a dead build's."""
+    torch 2.13's `_jit_compile` locks a build folder with `FileBaton`: it creates `lock` with
+    O_EXCL and removes it in a `finally`; the file names no owner, so when its builder is killed
+    (SIGKILL, a cell timeout) the file stays and every later `load_inline` into the folder spins
+    in `FileBaton.wait()` forever. Every build of this folder goes through here, and the kernel
+    releases an `flock` when its holder dies: whoever holds the turn is the only builder, so with
+    `baton` (the installed `cpp_extension` uses `FileBaton`) a `lock` it finds is a dead build's.
+    2.14.1 and 2.15.0 hold `FileLock` (an OS lock, released with its holder) on the same path;
+    its file stays after every build and is left alone."""
     with open(folder / "build.flock", "w") as turn:
         fcntl.flock(turn, fcntl.LOCK_EX)  # waits for a live build of this folder to finish
         try:
-            (folder / "lock").unlink(missing_ok=True)  # a dead builder's FileBaton
+            if baton:
+                (folder / "lock").unlink(missing_ok=True)  # a dead builder's FileBaton
             yield
         finally:
             fcntl.flock(turn, fcntl.LOCK_UN)
