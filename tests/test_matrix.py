@@ -255,7 +255,7 @@ def test_install_overrides_the_machine_constraint_and_checks_the_version(
 
 def test_the_make_targets_run_the_matrix() -> None:
     dry = subprocess.run(
-        ["make", "-n", "test-torch", "TORCH=2.15.0", "MATRIX_CACHE=/cache"],
+        ["make", "--no-print-directory", "-n", "test-torch", "TORCH=2.15.0", "MATRIX_CACHE=/cache"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -263,8 +263,17 @@ def test_the_make_targets_run_the_matrix() -> None:
     ).stdout
     assert "tools/matrix.py test --cache /cache --out _build/matrix" in dry and "2.15.0" in dry
     dry = subprocess.run(
-        ["make", "-n", "test-matrix"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "test-matrix"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert dry.rstrip().endswith("2.14.1 2.15.0"), dry
-    usage = subprocess.run(["make", "-s", "test-torch"], cwd=ROOT, capture_output=True, text=True)
+    usage = subprocess.run(
+        ["make", "--no-print-directory", "-s", "test-torch"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert usage.returncode != 0 and "usage: make test-torch TORCH=" in usage.stdout

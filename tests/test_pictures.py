@@ -14,7 +14,6 @@ import math
 import xml.etree.ElementTree as ET
 
 import pytest
-from static_site import chromium
 
 from helpers.allreduce import ring_schedule, ring_step_html, simulate_ring
 from helpers.pictures import (
@@ -131,9 +130,16 @@ def test_pipeline_svg_highlights_one_stage() -> None:
 
 
 @pytest.fixture(scope="module")
-def page():
-    with chromium("picture browser") as browser:
-        yield browser.new_page()
+def page(browser):
+    # the one Chromium of this pytest process (tests/conftest.py): a second sync playwright
+    # driver in a process whose session fixture already runs one raises "using Playwright Sync
+    # API inside the asyncio loop", which is what a parallel run that puts the book or slides
+    # tests on the same worker hit
+    context = browser.new_context()
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def _rgb(hex_colour: str) -> str:
