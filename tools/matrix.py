@@ -376,26 +376,23 @@ def markdown_page(record: dict) -> str:
             f"{t['failed']} | {minutes} |"
         )
     out += ["", "## Per notebook", "", "Cells passed / failed under `--nbval-lax`.", ""]
-    out.append("| notebook | " + " | ".join(f"torch {v}" for v in versions) + " |")
-    out.append("|---|" + "---|" * len(versions))
-    for name in names:
-        cells = []
-        for v in versions.values():
-            g = v["notebooks"].get(name)
-            cells.append(f"{g['passed']} / {g['failed']}" if g else "not run")
-        # names, not links: a notebook of the record may have no page in one edition (yet)
-        out.append(f"| `{name}` | " + " | ".join(cells) + " |")
+
+    def table(first: str, kind: str, rows: list[str]) -> list[str]:
+        """passed / failed of each row (a notebook or a unit-test file) per version; names, not
+        links: a notebook of the record may have no page in one edition (yet)"""
+        lines = [f"| {first} | " + " | ".join(f"torch {v}" for v in versions) + " |"]
+        lines.append("|---|" + "---|" * len(versions))
+        for name in rows:
+            counts = [v[kind].get(name) for v in versions.values()]
+            cells = [f"{g['passed']} / {g['failed']}" if g else "not run" for g in counts]
+            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        return lines
+
+    out += table("notebook", "notebooks", names)
     units = sorted({n for v in versions.values() for n in v["unit"]})
     if units:
         out += ["", "Unit tests passed / failed:", ""]
-        out.append("| file | " + " | ".join(f"torch {v}" for v in versions) + " |")
-        out.append("|---|" + "---|" * len(versions))
-        for name in units:
-            cells = []
-            for v in versions.values():
-                g = v["unit"].get(name)
-                cells.append(f"{g['passed']} / {g['failed']}" if g else "not run")
-            out.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        out += table("file", "unit", units)
     out += ["", "## Failures", ""]
     any_failure = False
     for version, v in versions.items():
