@@ -1,0 +1,437 @@
+"""Context parallelism: ring attention from scratch, the all-gather variant, torch's API on CPU.
+
+Used by: notebook 17. Workers run under `helpers.launch` with gloo on CPU and return plain Python
+data (nested lists, floats, strings), never tensors. Tensors are (B, H, S, D): batch, heads,
+sequence, head dimension; the sequence dimension S (dim 2) is what is sharded.
+
+What "from scratch" means here: each rank keeps its own queries and its own block of keys and
+values. `ring_attention` computes attention block by block: its queries against the key/value
+block it holds, merged into a running output with a running log-sum-exp (the online softmax), then
+passes the key/value block to the next rank and receives the previous rank's (`RingShift`, on
+`isend`/`irecv`), N - 1 times. Backward is autograd through the same blockwise arithmetic;
+`RingShift`'s backward passes the gradient of the received block back the other way round the
+ring, so the gradients of k and v arrive at the rank that owns them. A causal mask is decided
+from global token positions, so the same code serves the contiguous split (rank r holds tokens
+[r S/N, (r+1) S/N)) and the zig-zag split (2N chunks; rank r holds chunks r and 2N-1-r).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+__all__ = [
+    "LAYOUTS",
+    "make_qkv",
+    "chunks_of",
+    "split_sequence",
+    "merge_sequence",
+    "block_attention",
+    "merge_partial",
+    "RingShift",
+    "ring_attention",
+    "reference",
+    "ring_worker",
+    "allgather_attention",
+    "allgather_worker",
+    "strides_worker",
+    "library_worker",
+    "work_formula",
+]
+
+LAYOUTS = ("contiguous", "zigzag")
+SHAPE = (1, 2, 16, 8)  # (B, H, S, D): S = 16 splits into 2N chunks for N = 2 and 4
+
+
+def make_qkv(shape: Sequence[int] = SHAPE, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """The same q, k, v (float32, `shape`) on every rank and in the reference (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*shape, generator=g) for _ in range(3))
+
+
+def chunks_of(seq_len: int, world_size: int, rank: int, layout: str) -> list[tuple[int, int]]:
+    """Rank `rank`'s chunks of a sequence of `seq_len` tokens, as (start, length) in order.
+
+    contiguous: one chunk of S/N tokens; zigzag: chunks r and 2N-1-r of 2N equal chunks. Raises
+    ValueError when `seq_len` does not split into equal chunks (N, or 2N for zigzag).
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    parts = world_size if layout == "contiguous" else 2 * world_size
+    if seq_len % parts != 0:
+        raise ValueError(
+            f"sequence length {seq_len} does not split into {parts} equal chunks "
+            f"({layout} layout over {world_size} ranks): pad it to a multiple of {parts}"
+        )
+    c = seq_len // parts
+    if layout == "contiguous":
+        return [(rank * c, c)]
+    return [(rank * c, c), ((2 * world_size - 1 - rank) * c, c)]
+
+
+def split_sequence(x: torch.Tensor, world_size: int, rank: int, layout: str) -> torch.Tensor:
+    """Rank `rank`'s part of x (B, H, S, D) along S: its chunks concatenated, (B, H, S/N, D)."""
+    parts = [x.narrow(2, s, n) for s, n in chunks_of(x.shape[2], world_size, rank, layout)]
+    return torch.cat(parts, dim=2)
+
+
+def merge_sequence(parts: Sequence[torch.Tensor], layout: str) -> torch.Tensor:
+    """Inverse of split_sequence: the ranks' parts (rank order) back into one (B, H, S, D)."""
+    world_size = len(parts)
+    seq_len = sum(p.shape[2] for p in parts)
+    out = torch.empty(*parts[0].shape[:2], seq_len, *parts[0].shape[3:], dtype=parts[0].dtype)
+    for rank, part in enumerate(parts):
+        offset = 0
+        for s, n in chunks_of(seq_len, world_size, rank, layout):
+            out[:, :, s : s + n] = part[:, :, offset : offset + n]
+            offset += n
+    return out
+
+
+def block_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_start: int,
+    k_start: int,
+    causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Attention of one query chunk on one key/value chunk: (out, lse), or None if all masked.
+
+    q (B, H, Sq, D), k and v (B, H, Sk, D); q_start and k_start are the chunks' global positions.
+    out (B, H, Sq, D) is softmax(q k^T / sqrt(D)) v over this block only; lse (B, H, Sq) is the
+    log of the block's softmax denominator, so that blocks can be merged exactly afterwards.
+    """
+    sq, sk = q.shape[2], k.shape[2]
+    if causal and k_start > q_start + sq - 1:
+        return None  # every key is after every query: the block is skipped, no work
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Sq, Sk)
+    if causal and k_start + sk - 1 > q_start:  # the block straddles the diagonal
+        qpos = torch.arange(q_start, q_start + sq).unsqueeze(1)
+        kpos = torch.arange(k_start, k_start + sk).unsqueeze(0)
+        scores = scores.masked_fill(kpos > qpos, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)  # (B, H, Sq)
+    out = torch.exp(scores - lse.unsqueeze(-1)) @ v
+    return out, lse
+
+
+def merge_partial(
+    out: torch.Tensor | None,
+    lse: torch.Tensor | None,
+    block_out: torch.Tensor,
+    block_lse: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge a block's (out, lse) into the running (out, lse): the online softmax step.
+
+    With L = logaddexp(lse, block_lse), the merged output is the two outputs weighted by
+    exp(lse - L) and exp(block_lse - L): each block's share of the full softmax denominator.
+    """
+    if out is None:
+        return block_out, block_lse
+    new_lse = torch.logaddexp(lse, block_lse)
+    out = (
+        torch.exp(lse - new_lse).unsqueeze(-1) * out
+        + torch.exp(block_lse - new_lse).unsqueeze(-1) * block_out
+    )
+    return out, new_lse
+
+
+class RingShift(torch.autograd.Function):
+    """Send a tensor to rank+1 and receive rank-1's (isend/irecv); backward goes the other way."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any = None) -> torch.Tensor:
+        ctx.group = group
+        return _shift(x, +1, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        # the gradient of what this rank received belongs to the rank it came from (rank-1)
+        return _shift(grad, -1, ctx.group), None
+
+
+def _shift(x: torch.Tensor, direction: int, group: Any) -> torch.Tensor:
+    """Send x to rank+direction and return what rank-direction sent (both posted at once)."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    x = x.contiguous()
+    received = torch.empty_like(x)
+    # both posted before either waits: gloo's send blocks until the peer's receive is posted
+    send = dist.isend(x, (rank + direction) % world_size, group=group)
+    recv = dist.irecv(received, (rank - direction) % world_size, group=group)
+    send.wait()
+    recv.wait()
+    return received
+
+
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    layout: str = "contiguous",
+    group: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Ring attention on this rank's q, k, v (B, H, S/N, D): (out, lse, work).
+
+    Step s uses the key/value block of rank (rank - s) mod N, then passes it on (N - 1 shifts of
+    k and v stacked into one tensor). work counts the score entries this rank computed
+    ("scores"), the blocks it computed and skipped, and its CPU time in block arithmetic ("cpu_s").
+    """
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    local = q.shape[2]
+    seq_len = local * world_size
+    q_chunks = chunks_of(seq_len, world_size, rank, layout)
+    kv = torch.stack([k, v])  # (2, B, H, S/N, D): one tensor travels, one shift per step
+    running: list[tuple[Any, Any]] = [(None, None)] * len(q_chunks)  # (out, lse) per q chunk
+    work = {"scores": 0, "blocks": 0, "skipped": 0, "cpu_s": 0.0}
+    for step in range(world_size):
+        owner = (rank - step) % world_size
+        t0 = time.thread_time()
+        q_off = 0
+        for i, (qs, qn) in enumerate(q_chunks):
+            k_off = 0
+            for ks, kn in chunks_of(seq_len, world_size, owner, layout):
+                res = block_attention(
+                    q[:, :, q_off : q_off + qn],
+                    kv[0][:, :, k_off : k_off + kn],
+                    kv[1][:, :, k_off : k_off + kn],
+                    qs,
+                    ks,
+                    causal,
+                )
+                k_off += kn
+                if res is None:
+                    work["skipped"] += 1
+                    continue
+                work["blocks"] += 1
+                work["scores"] += qn * kn
+                running[i] = merge_partial(*running[i], *res)
+            q_off += qn
+        work["cpu_s"] += time.thread_time() - t0
+        if step < world_size - 1:
+            kv = RingShift.apply(kv, group)
+    # every query chunk saw at least its own diagonal block at step 0, so none is None here
+    out = torch.cat([o for o, _ in running], dim=2)
+    # Tie the last block received into the output with weight 0. Under a causal mask a rank may
+    # skip every block after step 0 (rank 0 of the contiguous split does); then nothing uses the
+    # shifted blocks, autograd never calls RingShift.backward on that rank, and its neighbours
+    # wait for it in theirs forever. Through the tie every rank runs all N - 1 backward shifts.
+    out = out + 0.0 * kv.sum()
+    lse = torch.cat([m for _, m in running], dim=2)
+    return out, lse, work
+
+
+def reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
+) -> dict[str, torch.Tensor]:
+    """One process, the whole sequence: SDPA's output, the log-sum-exp, and dq, dk, dv.
+
+    The loss is (out * weight).sum() with a fixed weight tensor, the same as the workers use.
+    """
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = q.shape[2]
+        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    (out * loss_weight(out.shape)).sum().backward()
+    return {"out": out.detach(), "lse": lse.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
+
+
+def loss_weight(shape: Sequence[int]) -> torch.Tensor:
+    """A fixed, seeded weight for the loss (out * weight).sum(): every gradient entry differs."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(99))
+
+
+def ring_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:
+    """Each case {causal, layout, shape}: this rank's out, lse, dq, dk, dv (lists) and work."""
+    results = []
+    for case in cases:
+        shape = case.get("shape", SHAPE)
+        layout = case["layout"]
+        full = make_qkv(shape)
+        q, k, v = (split_sequence(t, world_size, rank, layout).requires_grad_() for t in full)
+        out, lse, work = ring_attention(q, k, v, case["causal"], layout)
+        weight = split_sequence(loss_weight(shape), world_size, rank, layout)
+        (out * weight).sum().backward()
+        results.append(
+            {
+                "out": out.detach().tolist(),
+                "lse": lse.detach().unsqueeze(-1).tolist(),  # (B, H, S/N, 1): splits like q
+                "dq": q.grad.tolist(),
+                "dk": k.grad.tolist(),
+                "dv": v.grad.tolist(),
+                "work": work,
+            }
+        )
+    return results
+
+
+def work_formula(world_size: int, layout: str, seq_len: int) -> list[int]:
+    """Score entries each rank computes under a causal mask (skipped blocks cost nothing).
+
+    contiguous: rank r computes r+1 blocks of (S/N)^2; zigzag: 2N+1 chunk pairs of (S/2N)^2.
+    """
+    if layout == "contiguous":
+        c = seq_len // world_size
+        return [(r + 1) * c * c for r in range(world_size)]
+    c = seq_len // (2 * world_size)
+    return [(2 * world_size + 1) * c * c for _ in range(world_size)]
+
+
+class _GatherSeq(torch.autograd.Function):
+    """All-gather along S in forward; backward: all-reduce the gradient, keep this rank's part."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        world_size = dist.get_world_size()
+        parts = [torch.empty_like(x) for _ in range(world_size)]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=2)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous()  # every rank's queries contributed to every key's gradient
+        dist.all_reduce(grad)
+        return grad.chunk(dist.get_world_size(), dim=2)[dist.get_rank()]
+
+
+def _gather(x: torch.Tensor, how: str) -> torch.Tensor:
+    """x (B, H, S/N, D) on every rank -> (B, H, S, D) in rank order, with autograd."""
+    if how == "nn.functional":
+        import torch.distributed.nn.functional as dnnf
+
+        return torch.cat(dnnf.all_gather(x), dim=2)
+    if how == "functional_collectives":
+        from torch.distributed import _functional_collectives as funcol
+
+        return funcol.all_gather_single(x, 2, dist.group.WORLD)
+    if how == "function":
+        return _GatherSeq.apply(x)
+    raise ValueError(f"unknown gather {how!r}")
+
+
+def allgather_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, how: str
+) -> torch.Tensor:
+    """This rank's queries (contiguous split) on the all-gathered k and v: out (B, H, S/N, D)."""
+    rank = dist.get_rank()
+    k_full, v_full = _gather(k, how), _gather(v, how)
+    local, seq_len = q.shape[2], k_full.shape[2]
+    mask = None
+    if causal:
+        qpos = torch.arange(rank * local, (rank + 1) * local).unsqueeze(1)
+        mask = torch.arange(seq_len).unsqueeze(0) <= qpos  # True: may attend
+    return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask)
+
+
+def allgather_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:
+    """Each case {causal, how}: this rank's out, dq, dk, dv (lists), contiguous split."""
+    results = []
+    for case in cases:
+        full = make_qkv(SHAPE)
+        q, k, v = (split_sequence(t, world_size, rank, "contiguous").requires_grad_() for t in full)
+        out = allgather_attention(q, k, v, case["causal"], case["how"])
+        weight = split_sequence(loss_weight(SHAPE), world_size, rank, "contiguous")
+        (out * weight).sum().backward()
+        results.append(
+            {
+                "out": out.detach().tolist(),
+                "dq": q.grad.tolist(),
+                "dk": k.grad.tolist(),
+                "dv": v.grad.tolist(),
+            }
+        )
+    return results
+
+
+def strides_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Why nn.functional.all_gather's K gradient is wrong on gloo: the buffers its backward gets.
+
+    Gathers this rank's k (contiguous split) with torch.distributed.nn.functional.all_gather,
+    runs SDPA and backward, and records the strides of the gradients reaching the gather's
+    backward and of the receive buffers handed to dist.scatter; then scatters a known tensor into
+    a buffer with those strides and into a contiguous one, and says which arrived intact.
+    """
+    import torch.distributed.nn.functional as dnnf
+
+    seen: dict[str, Any] = {"grad strides": [], "buffer strides": []}
+    real_scatter = dist.scatter
+
+    def recording_scatter(tensor, scatter_list=None, src=0, group=None, **kw):
+        seen["buffer strides"].append(tensor.stride())
+        return real_scatter(tensor, scatter_list, src, group, **kw)
+
+    q, k, v = (split_sequence(t, world_size, rank, "contiguous") for t in make_qkv(SHAPE))
+    k.requires_grad_()
+    parts = dnnf.all_gather(k)
+    for p in parts:
+        p.register_hook(lambda g: seen["grad strides"].append(g.stride()))
+    out = F.scaled_dot_product_attention(q, torch.cat(parts, dim=2), make_qkv(SHAPE)[2])
+    dist.scatter = recording_scatter
+    try:
+        out.sum().backward()
+    finally:
+        dist.scatter = real_scatter
+    # the scatter alone: rank 0 sends arange values; a buffer laid out like the gradient
+    shape = tuple(k.shape)  # (B, H, S/N, D)
+    sent = [
+        torch.arange(math.prod(shape), dtype=torch.float32).view(shape) + 1000 * i
+        for i in range(world_size)
+    ]
+    strided = torch.empty(shape[0], shape[2], shape[1], shape[3]).transpose(
+        1, 2
+    )  # (B,S,H,D) memory
+    for name, buf in (("strided", strided), ("contiguous", torch.empty(shape))):
+        dist.scatter(buf, sent if rank == 0 else None, src=0)
+        seen[f"{name} buffer intact"] = bool(torch.equal(buf, sent[rank]))
+        seen[f"{name} buffer is_contiguous"] = buf.is_contiguous()
+    seen["strided buffer strides"] = strided.stride()
+    return seen
+
+
+def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:
+    """torch's context_parallel on CPU: per case {causal, backward}, what ran or what it raised."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    results = []
+    for case in cases:
+        q, k, v = (t.clone().requires_grad_() for t in make_qkv(SHAPE))
+        ref = reference(*make_qkv(SHAPE), case["causal"])
+        t0 = time.perf_counter()
+        try:
+            # context_parallel shards the buffers along seq_dims in place and restores them after
+            with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
+                local = out.to_local() if hasattr(out, "to_local") else out
+                expected = split_sequence(ref["out"], world_size, rank, "contiguous")
+                err = (local.detach() - expected).abs().max().item()
+                if case["backward"]:
+                    out.sum().backward()
+            results.append(
+                {
+                    "ok": True,
+                    "error": err,
+                    "type": type(out).__name__,
+                    "s": time.perf_counter() - t0,
+                }
+            )
+        except Exception as exc:  # recorded, not raised: the notebook shows what failed
+            results.append(
+                {
+                    "ok": False,
+                    "raised": type(exc).__name__,
+                    "message": str(exc)[:2000],
+                    "s": time.perf_counter() - t0,
+                }
+            )
+    return results

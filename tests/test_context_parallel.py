@@ -1,0 +1,119 @@
+"""helpers.context_parallel against scaled_dot_product_attention in one process.
+
+- chunks_of/split_sequence refuse a sequence that does not split evenly (a clear error), and
+  merge_sequence inverts split_sequence for both layouts;
+- block_attention + merge_partial over any chunking equal SDPA and its log-sum-exp;
+- on 2 and 4 gloo ranks: ring attention's output, log-sum-exp and dq, dk, dv equal one process,
+  causal and not, contiguous and zig-zag; the causal work per rank is work_formula's;
+- the all-gather variants: nn.functional.all_gather's K/V gradients are wrong on gloo (a fact of
+  torch 2.13-2.15, asserted so that a fix shows up), the functional collective and the autograd
+  Function are right.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import context_parallel as cp
+from helpers.launch import launch
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "world_size", "layout"),
+    [(15, 2, "contiguous"), (12, 4, "zigzag"), (10, 4, "contiguous")],
+)
+def test_uneven_sequence_is_refused(seq_len, world_size, layout) -> None:
+    x = torch.zeros(1, 1, seq_len, 2)
+    with pytest.raises(ValueError, match=f"sequence length {seq_len} does not split"):
+        cp.split_sequence(x, world_size, 0, layout)
+
+
+def test_unknown_layout_is_refused() -> None:
+    with pytest.raises(ValueError, match="layout must be one of"):
+        cp.chunks_of(16, 2, 0, "striped")
+
+
+@pytest.mark.parametrize("layout", cp.LAYOUTS)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_split_merge_roundtrip(layout, world_size) -> None:
+    x = torch.arange(16.0).view(1, 1, 16, 1)
+    parts = [cp.split_sequence(x, world_size, r, layout) for r in range(world_size)]
+    assert torch.equal(cp.merge_sequence(parts, layout), x)
+    if layout == "zigzag" and world_size == 2:
+        assert parts[0].flatten().tolist() == [0, 1, 2, 3, 12, 13, 14, 15]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blockwise_equals_sdpa(causal) -> None:
+    q, k, v = cp.make_qkv()
+    rows = []
+    for qs in range(0, 16, 4):  # each query chunk against the 4 key chunks, merged online
+        out = lse = None
+        for ks in range(0, 16, 4):
+            res = cp.block_attention(
+                q[:, :, qs : qs + 4], k[:, :, ks : ks + 4], v[:, :, ks : ks + 4], qs, ks, causal
+            )
+            assert (res is None) == (causal and ks > qs), (qs, ks)
+            if res is not None:
+                out, lse = cp.merge_partial(out, lse, *res)
+        rows.append((out, lse))
+    out, lse = (torch.cat([r[i] for r in rows], dim=2) for i in (0, 1))
+    ref = cp.reference(q, k, v, causal)
+    assert (out - ref["out"]).abs().max() < 1e-6
+    assert (lse - ref["lse"]).abs().max() < 1e-6
+    assert cp.block_attention(q[:, :, :4], k[:, :, 8:], v[:, :, 8:], 0, 8, True) is None
+
+
+def _errors(per_rank: list, k: int, layout: str, ref: dict) -> dict[str, float]:
+    errs = {}
+    for key in ("out", "lse", "dq", "dk", "dv"):
+        got = cp.merge_sequence([torch.tensor(r[k][key]) for r in per_rank], layout)
+        exp = ref["lse"].unsqueeze(-1) if key == "lse" else ref[key]
+        errs[key] = (got - exp).abs().max().item()
+    return errs
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ring_attention_equals_one_process(world_size) -> None:
+    cases = [dict(causal=c, layout=lay) for c in (False, True) for lay in cp.LAYOUTS]
+    res = launch(cp.ring_worker, world_size, args=(cases,), backend="gloo", timeout_s=180)
+    for k, case in enumerate(cases):
+        ref = cp.reference(*cp.make_qkv(), case["causal"])
+        errs = _errors(res, k, case["layout"], ref)
+        assert max(errs.values()) < 5e-6, f"{case} N={world_size}: {errs}"
+        scores = [r[k]["work"]["scores"] for r in res]
+        if case["causal"]:
+            assert scores == cp.work_formula(world_size, case["layout"], 16), (case, scores)
+        else:
+            assert scores == [16 * 16 // world_size] * world_size, (case, scores)
+
+
+def test_allgather_variants() -> None:
+    cases = [
+        dict(causal=True, how=h) for h in ("nn.functional", "functional_collectives", "function")
+    ]
+    res = launch(cp.allgather_worker, 2, args=(cases,), backend="gloo", timeout_s=180)
+    ref = cp.reference(*cp.make_qkv(), True)
+    for k, case in enumerate(cases):
+        errs = {
+            key: (
+                cp.merge_sequence([torch.tensor(r[k][key]) for r in res], "contiguous") - ref[key]
+            )
+            .abs()
+            .max()
+            .item()
+            for key in ("out", "dq", "dk", "dv")
+        }
+        assert errs["out"] < 1e-6 and errs["dq"] < 1e-6, (case, errs)
+        if case["how"] == "nn.functional":
+            assert errs["dk"] > 0.1 and errs["dv"] > 0.1, f"expected wrong dk/dv: {errs}"
+        else:
+            assert max(errs["dk"], errs["dv"]) < 1e-6, (case, errs)
+
+
+def test_reference_is_sdpa() -> None:
+    q, k, v = cp.make_qkv()
+    ref = cp.reference(q, k, v, True)
+    assert torch.equal(ref["out"], F.scaled_dot_product_attention(q, k, v, is_causal=True))
