@@ -104,3 +104,16 @@ def test_bad_configuration_is_refused() -> None:
         ep.check_config(4, 2, 2, 0.0)
     with pytest.raises(WorkerError, match="6 experts cannot be split evenly over 4 ranks"):
         launch(ep.expert_parallel_worker, 4, args=([{"experts": 6}],), timeout_s=120)
+
+
+def test_the_functional_collective_gives_the_same_gradients() -> None:
+    runs = [{"exchange": "functional"}, {"exchange": "function"}]
+    per_rank = launch(ep.expert_parallel_worker, 2, args=(runs,), timeout_s=240)
+    functional, function = ([r[i] for r in per_rank] for i in range(2))
+    assert max(ep.max_errors(functional).values()) <= TOL
+    for a, b in zip(functional, function, strict=True):
+        assert a["grads"] == b["grads"] and a["x_grad"] == b["x_grad"], "function != functional"
+    # the functional op differentiates itself: only the forward exchanges pass through our log
+    assert [e["what"] for e in functional[0]["exchanges"]] == ["counts", "dispatch", "combine"]
+    with pytest.raises(ValueError, match="exchange must be one of"):
+        ep.moe_expert_parallel(torch.zeros(1, ep.HIDDEN), ep.make_params(), exchange="nccl")

@@ -27,8 +27,10 @@ one `all_to_all_single`; backward is the same exchange with input and output spl
 (an all-to-all only moves rows, so the gradient of each received row goes back to where the row
 came from). A Function rather than the functional collectives: the first functional-collective
 call in a process costs seconds (1.3-6 s measured), and a Function makes the backward exchange
-visible and countable; the deprecated `torch.distributed.nn.functional` versions are avoided
-(their all-gather's backward gave wrong gradients on gloo, non-contiguous buffers; notebook 17).
+visible and countable. `exchange="functional"` runs the same layer on
+`torch.distributed._functional_collectives.all_to_all_single`, whose op has an autograd kernel of
+its own (tests/test_expert_parallel.py checks that both give the same gradients). The deprecated
+`torch.distributed.nn.functional.all_to_all_single` (FutureWarning) is not used.
 Every exchange is logged in `EXCHANGE_LOG` with its split sizes and the bytes this rank sent to
 other ranks (its own split stays local: a copy, not a message).
 """
@@ -60,6 +62,7 @@ __all__ = [
     "reference_run",
     "AllToAll",
     "EXCHANGE_LOG",
+    "EXCHANGES",
     "moe_expert_parallel",
     "expert_parallel_step",
     "expert_parallel_worker",
@@ -265,17 +268,47 @@ class AllToAll(torch.autograd.Function):
         return back, None, None, None
 
 
+def _functional_exchange(x: torch.Tensor, out_splits, in_splits, what: str) -> torch.Tensor:
+    """The same exchange through the functional collective (autograd in the op itself)."""
+    import torch.distributed._functional_collectives as fc
+
+    rank = dist.get_rank()
+    row = math.prod(x.shape[1:]) * x.element_size()
+    out = fc.all_to_all_single(x.contiguous(), list(out_splits), list(in_splits), dist.group.WORLD)
+    EXCHANGE_LOG.append(
+        {
+            "what": what,
+            "phase": _PHASE[0],
+            "send_rows": list(in_splits),
+            "recv_rows": list(out_splits),
+            "bytes_sent": sum(n for p, n in enumerate(in_splits) if p != rank) * row,
+            "bytes_received": sum(n for p, n in enumerate(out_splits) if p != rank) * row,
+        }
+    )
+    return fc.wait_tensor(out)
+
+
+EXCHANGES = ("function", "functional")
+
+
 def moe_expert_parallel(
     x: torch.Tensor,
     p: MoEParams,
     k: int = TOP_K,
     capacity_factor: float | None = None,
+    exchange: str = "function",
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """This rank's tokens x (T, h) through the layer; p holds this rank's experts only.
 
     p.router_w / router_b are the full router (replicated); p.w1 ... b2 hold the E/N local
-    experts. Returns (y, info): info has the routing counts and the split sizes used.
+    experts. `exchange`: "function" (`AllToAll`, the default) or "functional"
+    (`torch.distributed._functional_collectives.all_to_all_single`, whose op carries its own
+    autograd kernel; its first call in a process costs seconds). Returns (y, info): info has the
+    routing counts and the split sizes used.
     """
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange must be one of {EXCHANGES}, got {exchange!r}")
+    move = AllToAll.apply if exchange == "function" else _functional_exchange
     rank, n = dist.get_rank(), dist.get_world_size()
     experts = p.router_w.shape[1]
     local = check_config(experts, n, k, capacity_factor)
@@ -294,7 +327,7 @@ def moe_expert_parallel(
     send_splits = counts.view(n, local).sum(1).tolist()
     recv_splits = [sum(row) for row in recv_counts]
     # (3) dispatch, (4) local experts, (5) combine
-    rows = AllToAll.apply(x[token[kept]], recv_splits, send_splits, "dispatch")
+    rows = move(x[token[kept]], recv_splits, send_splits, "dispatch")
     pieces, offset = [], 0
     for source in range(n):
         for e in range(local):
@@ -302,7 +335,7 @@ def moe_expert_parallel(
             pieces.append(_experts(p, e, rows[offset : offset + c]))
             offset += c
     done = torch.cat(pieces) if pieces else rows
-    back = AllToAll.apply(done, send_splits, recv_splits, "combine")
+    back = move(done, send_splits, recv_splits, "combine")
     # (6) weighted sum at each token
     y = x.new_zeros(x.shape).index_add(0, token[kept], back * gate[kept].unsqueeze(-1))
     info = {
@@ -334,6 +367,7 @@ def expert_parallel_step(
     experts: int = EXPERTS,
     tokens: int = TOKENS,
     seed: int = 0,
+    exchange: str = "function",
 ) -> dict[str, Any]:
     """One forward and backward (loss = sum of y squared) on this rank; plain data back.
 
@@ -350,7 +384,7 @@ def expert_parallel_step(
     x = x.to(device).requires_grad_()
     EXCHANGE_LOG.clear()
     _PHASE[0] = "forward"
-    y, info = moe_expert_parallel(x, p, k, capacity_factor)
+    y, info = moe_expert_parallel(x, p, k, capacity_factor, exchange)
     _PHASE[0] = "backward"
     (y**2).sum().backward()
     return {
@@ -362,7 +396,8 @@ def expert_parallel_step(
             "tokens": tokens,
             "seed": seed,
             "world_size": world_size,
-        },  # fmt: skip
+            "exchange": exchange,
+        },
         "y": y.detach().cpu().reshape(-1).tolist(),
         "x_grad": x.grad.cpu().reshape(-1).tolist(),
         "grads": {n: t.grad.cpu().reshape(-1).tolist() for n, t in p.named().items()},
