@@ -8,17 +8,28 @@
   names the notebook and the cell), and no translation is left without its cell;
 - fidelity: a translation keeps the English cell's code spans, links and headings level;
 - glossary: a notebook whose English prose uses a glossary term uses the term's chosen Chinese
-  form, and no Chinese notebook uses a form the glossary rejects.
+  form, and no Chinese notebook uses a form the glossary rejects;
+- exercises: every message of the converted judges (`tools/zh.py` TRANSLATED_JUDGES) goes through
+  `tr` and has a current translation with the same fields in locale/zh/exercises.po, a Chinese
+  run prints it, and the language follows the notebook's path (helpers.exercises.i18n).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
+import polib
 import pytest
 
+from helpers import exercises as ex
+from helpers.exercises import i18n
 from tools import zh
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,3 +166,142 @@ def test_glossary_terms_are_used_consistently(path: Path) -> None:
             missing.append(f"{used[0]!r} -> {chosen!r}")
     assert not wrong, f"{twin.name} uses rejected forms: {', '.join(wrong)}"
     assert not missing, f"{twin.name}: English terms without their chosen Chinese form: {missing}"
+
+
+# --- the exercises' messages (helpers.exercises.i18n, locale/zh/exercises.po) -------------------
+
+JUDGE_IDS = [m for m in zh.TRANSLATED_JUDGES]
+
+
+def _is_text(node) -> bool:
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str)
+    )
+
+
+def _bare_messages(source: str) -> list[str]:
+    """Messages in a judge module's source that do not go through the catalog."""
+    tree = ast.parse(source)
+    bare = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Hint" and node.args:
+            if _is_text(node.args[0]):
+                bare.append(f"line {node.lineno}: Hint({ast.unparse(node.args[0])[:50]}...)")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("tr", "N_"):
+            if not (node.args and isinstance(node.args[0], ast.Constant)):
+                first = ast.unparse(node.args[0])[:50] if node.args else ""
+                if getattr(node.func, "id", "") == "N_" or isinstance(node.args[0], ast.JoinedStr):
+                    bare.append(f"line {node.lineno}: {node.func.id}({first}) is not a literal")
+        if isinstance(node, ast.FunctionDef) and any(
+            isinstance(d, ast.Call) and getattr(d.func, "id", "") == "exercise"
+            for d in node.decorator_list
+        ):
+            for ret in ast.walk(node):
+                if isinstance(ret, ast.Return) and ret.value is not None and _is_text(ret.value):
+                    bare.append(f"line {ret.lineno}: the judge returns text without tr()")
+    return bare
+
+
+def test_bare_messages_are_found() -> None:
+    source = (
+        "@exercise('99.1', 't')\ndef j(a):\n    if a:\n        raise Hint(f'no {a}')\n"
+        "    if not a:\n        raise Hint(tr(f'no {a}'))\n    return 'yes'\n"
+    )
+    assert len(_bare_messages(source)) == 3, _bare_messages(source)
+    assert _bare_messages("raise Hint(tr('no {a}', a=1))\n") == []
+
+
+@pytest.mark.parametrize("module", JUDGE_IDS)
+def test_judge_shows_every_message_through_the_catalog(module: str) -> None:
+    """No message of a converted judge bypasses `tr` (Hint(...) and a judge's return)."""
+    path = zh.JUDGES / f"{module}.py"
+    bare = _bare_messages(path.read_text())
+    assert not bare, f"{path.name}: messages not in the catalog (wrap them in tr):\n" + "\n".join(
+        bare
+    )
+
+
+def test_every_judge_message_has_a_chinese_translation() -> None:
+    problems = [str(p) for p in zh.exercise_problems()]
+    assert not problems, (
+        f"{len(problems)} judge message(s) lack a current translation in "
+        "locale/zh/exercises.po (run `tools/zh.py exercises`, translate, remove `fuzzy`):\n"
+        + "\n".join(problems)
+    )
+    catalog = polib.pofile(str(zh.EXERCISE_CATALOG), wrapwidth=0)
+    wrong = []
+    for e in catalog:
+        if not e.msgstr:
+            continue
+        if i18n.fields(e.msgid) != i18n.fields(e.msgstr):
+            wrong.append(
+                f"{e.msgid[:60]!r}: fields {i18n.fields(e.msgstr)}, English {i18n.fields(e.msgid)}"
+            )
+        if len(
+            re.findall(r"[A-Za-z]{3,}", re.sub(r"`[^`]*`|\{[^}]*\}", " ", e.msgid))
+        ) >= 3 and not CJK.search(e.msgstr):
+            wrong.append(f"{e.msgid[:60]!r}: the translation has no Chinese")
+        try:
+            e.msgstr.format(**{f: 1 for f in i18n.fields(e.msgstr)})
+        except (ValueError, IndexError, KeyError, AttributeError, TypeError) as err:
+            wrong.append(f"{e.msgid[:60]!r}: the translation does not format ({err})")
+    assert not wrong, "locale/zh/exercises.po:\n" + "\n".join(wrong)
+
+
+def _converted_notebooks() -> list[str]:
+    return [m[2:] for m in zh.TRANSLATED_JUDGES if m.startswith("nb")]
+
+
+@pytest.mark.parametrize("nn", _converted_notebooks())
+def test_a_chinese_run_prints_chinese_hints(nn: str, capsys: pytest.CaptureFixture) -> None:
+    """In Chinese the starter's message, the labels and a typical wrong answer's hint are Chinese
+    (the catalog's translation), where the English run of the same answer says the English."""
+    sol = importlib.import_module(f"solutions.nb{nn}")
+    catalog = {e.msgid: e.msgstr for e in polib.pofile(str(zh.EXERCISE_CATALOG), wrapwidth=0)}
+    for key in sorted(ex.exercises(nn)):
+        with ex.language("zh"):
+            ex.check(key, ...)
+        assert capsys.readouterr().out == f"{key} 还不对：{catalog[ex.NOT_STARTED]}\n"
+        for answer, _ in sol.WRONG.get(key, [])[:1]:
+            with ex.language("zh"):
+                ok, hint = ex.judge(key, answer)
+            en_ok, en_hint = ex.judge(key, answer)
+            assert not ok and not en_ok, f"{key}: {answer!r} passed"
+            assert CJK.search(hint) and hint != en_hint, (
+                f"{key}: the Chinese hint for {answer!r} is not Chinese: {hint!r}"
+            )
+
+
+def test_language_comes_from_the_notebook_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("PSR_LANG", "JPY_SESSION_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(ROOT)
+    assert i18n.current_language() == "en"
+    monkeypatch.chdir(zh.ZH)
+    assert i18n.current_language() == "zh", "a kernel started in notebooks/zh is Chinese"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(zh.EN / "07_batchnorm_and_syncbn.ipynb"))
+    assert i18n.current_language() == "en", "Jupyter's notebook path decides over the folder"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(zh.ZH / "07_batchnorm_and_syncbn.ipynb"))
+    monkeypatch.chdir(ROOT)
+    assert i18n.current_language() == "zh"
+    monkeypatch.setenv("PSR_LANG", "en")
+    assert i18n.current_language() == "en", "PSR_LANG overrides the path"
+    # a message without a translation (a judge not converted yet) stays English, never fails
+    monkeypatch.setenv("PSR_LANG", "zh")
+    assert i18n.tr("no such message {x}", x=1) == "no such message 1"
+
+
+def test_a_kernel_in_notebooks_zh_prints_chinese() -> None:
+    """A fresh interpreter started in notebooks/zh (as Jupyter, nbclient and nbval start a Chinese
+    notebook's kernel) prints the Chinese check line for the same, byte-identical check cell."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PSR_LANG", "JPY_SESSION_NAME")}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    code = "from helpers.exercises import check\nanswer = ...\ncheck('07.1', answer)\n"
+    run = [sys.executable, "-c", code]
+    out = {
+        where: subprocess.run(run, cwd=where, env=env, capture_output=True, text=True, check=True)
+        for where in (zh.EN, zh.ZH)
+    }
+    assert out[zh.EN].stdout.startswith("07.1 not yet: replace the `...`"), out[zh.EN].stdout
+    assert out[zh.ZH].stdout.startswith("07.1 还不对：把上面"), out[zh.ZH].stdout
+    assert out[zh.ZH].stderr == "", out[zh.ZH].stderr

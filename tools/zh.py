@@ -3,7 +3,8 @@
     python tools/zh.py update     # sync locale/zh/*.po with the English notebooks
     python tools/zh.py build      # write notebooks/zh/*.ipynb from the English notebooks + catalogs
     python tools/zh.py status     # what is left to translate (exit 1 if anything)
-    (`make zh` runs update, then build, then status)
+    python tools/zh.py exercises  # sync locale/zh/exercises.po with the judges' messages
+    (`make zh` runs update, then build, then status; `all` also runs `exercises`)
 
 One catalog per notebook, `locale/zh/NN_name.po`. Each markdown cell of the English notebook is one
 entry: `msgctxt` is `"<cell id>:<first 12 hex digits of sha256(source)>"`, `msgid` the English
@@ -15,11 +16,20 @@ When English prose changes, `update` gives the changed cell a new entry (new has
 `fuzzy`, with the old translation as its starting point and the old English kept as `#| msgid`,
 so a translator sees exactly what changed; the tests fail until the entry is translated and the
 flag removed. Entries whose cell is gone are dropped (gettext would keep them as `#~` obsolete).
+
+The exercises' messages (what a check cell prints) have a catalog of their own,
+`locale/zh/exercises.po`: `exercises` collects every `tr("...")` and `N_("...")` of the judge
+modules (`src/helpers/exercises/*.py`, as xgettext would), keeps the translations of messages
+that did not change, and gives a changed message its old translation marked `fuzzy`. It is read
+at run time by `helpers.exercises.i18n` (no compiled .mo file). `TRANSLATED_JUDGES` lists the
+modules whose every message must be translated; the others fall back to English.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
+import difflib
 import hashlib
 import re
 import sys
@@ -34,6 +44,15 @@ EN = ROOT / "notebooks"
 ZH = EN / "zh"
 LOCALE = ROOT / "locale" / "zh"
 LANG = "zh_CN"
+JUDGES = ROOT / "src" / "helpers" / "exercises"
+EXERCISE_CATALOG = LOCALE / "exercises.po"
+#: Judge modules whose messages are all translated (tests/test_zh.py holds them to it). Not yet:
+#: nb01, nb02, nb03, nb05, nb16 (and 17, 18 when they come): their owners were editing them when
+#: the mechanism came (issue 28), and adopt it by wrapping their messages in `tr(...)`.
+TRANSLATED_JUDGES = (
+    "__init__", "nb00", "nb04", "nb06", "nb07", "nb08", "nb09", "nb10", "nb11", "nb12", "nb13",
+    "nb14", "nb15",
+)  # fmt: skip
 
 
 def notebooks() -> list[Path]:
@@ -173,6 +192,68 @@ def apply(notebook: str, translations: dict[str, str]) -> int:
     return len(translations)
 
 
+def exercise_messages(module: Path) -> list[tuple[str, int]]:
+    """(msgid, line) of every `tr("...")` and `N_("...")` call in one judge module."""
+    tree = ast.parse(module.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("tr", "N_")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.args[0].value, node.lineno))
+    return sorted(found, key=lambda m: m[1])
+
+
+def judge_modules() -> list[Path]:
+    return sorted(JUDGES.glob("*.py"))
+
+
+def update_exercises() -> polib.POFile:
+    """Bring locale/zh/exercises.po in line with the judges' messages; returns it (written)."""
+    old = (
+        polib.pofile(str(EXERCISE_CATALOG), wrapwidth=0)
+        if EXERCISE_CATALOG.exists()
+        else polib.POFile(wrapwidth=0)
+    )
+    by_id = {e.msgid: e for e in old}
+    po = polib.POFile(wrapwidth=0)
+    po.metadata = old.metadata or {
+        "Project-Id-Version": "pytorch-source-reading exercises",
+        "Language": LANG,
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+    }
+    entries: dict[str, polib.POEntry] = {}
+    for module in judge_modules():
+        where = f"src/helpers/exercises/{module.name}"
+        for msgid, line in exercise_messages(module):
+            if msgid in entries:
+                entries[msgid].occurrences.append((where, str(line)))
+                continue
+            entry = by_id.get(msgid) or polib.POEntry(msgid=msgid, msgstr="")
+            entry.occurrences = [(where, str(line))]
+            entries[msgid] = entry
+            po.append(entry)
+    unused = {e.msgid: e for e in old if e.msgid not in entries and e.msgstr}
+    for entry in po:
+        if not entry.msgstr and unused:
+            close = difflib.get_close_matches(entry.msgid, list(unused), n=1, cutoff=0.75)
+            if close:
+                prev = unused.pop(close[0])
+                entry.msgstr = prev.msgstr
+                entry.flags.append("fuzzy")
+                entry.previous_msgid = prev.previous_msgid or prev.msgid
+    EXERCISE_CATALOG.parent.mkdir(parents=True, exist_ok=True)
+    po.save(str(EXERCISE_CATALOG))
+    return po
+
+
 @dataclass
 class Problem:
     notebook: str
@@ -207,8 +288,33 @@ def problems(notebook: Path) -> list[Problem]:
     return found
 
 
+def exercise_problems() -> list[Problem]:
+    """Messages of the TRANSLATED_JUDGES without a current translation."""
+    po = polib.pofile(str(EXERCISE_CATALOG), wrapwidth=0) if EXERCISE_CATALOG.exists() else []
+    entries = {e.msgid: e for e in po}
+    found = []
+    for name in TRANSLATED_JUDGES:
+        module = JUDGES / f"{name}.py"
+        for msgid, line in exercise_messages(module):
+            entry = entries.get(msgid)
+            what = (
+                "not in the catalog; run `tools/zh.py exercises`"
+                if entry is None
+                else "not translated"
+                if not entry.msgstr
+                else "fuzzy: English changed"
+                if entry.fuzzy
+                else None
+            )
+            if what:
+                found.append(Problem(EXERCISE_CATALOG.name, f"{module.name}:{line}", what))
+    return found
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "all"
+    if command in ("exercises", "all"):
+        update_exercises()
     for notebook in notebooks():
         if command in ("update", "all"):
             update(notebook)
@@ -220,6 +326,11 @@ def main(argv: list[str]) -> int:
             print(p)
         total = sum(len(markdown_cells(nbformat.read(nb, 4))) for nb in notebooks())
         print(f"zh: {total - len(left)} of {total} markdown cells translated and current")
+        messages = exercise_problems()
+        for p in messages:
+            print(p)
+        left += messages
+        print(f"zh: exercises.po, {len(messages)} judge message(s) left to translate")
         return 1 if left and command == "status" else 0
     return 0
 

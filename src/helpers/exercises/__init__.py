@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helpers.exercises.i18n import N_, current_language, language, tr
+
 __all__ = [
     "Hint",
     "exercise",
@@ -50,10 +52,14 @@ __all__ = [
     "launch_source",
     "as_int",
     "NOT_STARTED",
+    "tr",
+    "N_",
+    "language",
+    "current_language",
 ]
 
 #: What `check` says about an untouched starter (an answer that is still `...`).
-NOT_STARTED = "replace the `...` in the starter cell above with your answer, then run this cell"
+NOT_STARTED = N_("replace the `...` in the starter cell above with your answer, then run this cell")
 
 
 class Hint(Exception):
@@ -111,11 +117,17 @@ def choice_set(
     if isinstance(answer, (str, bytes, numbers.Number)) or not isinstance(
         answer, (set, frozenset, list, tuple)
     ):
-        raise Hint(f"answer with a set of {what}, e.g. {example}")
+        raise Hint(tr("answer with a set of {what}, e.g. {example}", what=what, example=example))
     given = {normalise(a) for a in answer}
     unknown = sorted(given - set(candidates), key=str)
     if unknown:
-        raise Hint(f"{unknown} are not among the candidates: {list(candidates)}")
+        raise Hint(
+            tr(
+                "{unknown} are not among the candidates: {candidates}",
+                unknown=unknown,
+                candidates=list(candidates),
+            )
+        )
     return given
 
 
@@ -173,19 +185,25 @@ def judge(key: str, answer: Any) -> tuple[bool, str]:
     """(correct, message) for `answer` to exercise `key`; what `check` prints, for tests."""
     ex = _load(key)
     if _untouched(answer):
-        return False, NOT_STARTED
+        return False, tr(NOT_STARTED)
     try:
         return True, ex.judge(answer)
     except Hint as hint:
         return False, str(hint)
     except Exception as e:  # the reader's function raised: that is feedback too
-        return False, f"your code raised {type(e).__name__}: {e}"
+        return False, tr("your code raised {error}: {message}", error=type(e).__name__, message=e)
 
 
 def check(key: str, answer: Any) -> None:
-    """Print "KEY correct: why" or "KEY not yet: hint" for the reader's `answer`; never raises."""
+    """Print "KEY correct: why" or "KEY not yet: hint" for the reader's `answer`; never raises.
+
+    In a Chinese notebook (helpers.exercises.i18n) the labels and the judge's message are Chinese.
+    """
     ok, message = judge(key, answer)
-    print(f"{key} {'correct' if ok else 'not yet'}: {message}")
+    if ok:
+        print(tr("{key} correct: {message}", key=key, message=message))
+    else:
+        print(tr("{key} not yet: {message}", key=key, message=message))
 
 
 # --- several ranks ------------------------------------------------------------------------------

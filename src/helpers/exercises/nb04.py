@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from helpers.exercises import Hint, exercise, launch_source
+from helpers.exercises import Hint, exercise, launch_source, tr
 
 # 04.1: reduce_scatter on 3 ranks, rank r holds torch.arange(3.) * (r + 1)
 RS_WORLD = 3
@@ -29,13 +29,18 @@ def _rs_inputs(world_size: int = RS_WORLD) -> list[torch.Tensor]:
 def _flat(answer: Any) -> list[float]:
     """[[0.0], [6.0], ...] or [0, 6, ...] -> [0.0, 6.0, ...]; anything else raises Hint."""
     if not isinstance(answer, (list, tuple)):
-        raise Hint(f"give a list with one entry per rank (3 ranks), found {type(answer).__name__}")
+        raise Hint(
+            tr(
+                "give a list with one entry per rank (3 ranks), found {type_answer___name}",
+                type_answer___name=type(answer).__name__,
+            )
+        )
     out = []
     for a in answer:
         if isinstance(a, (list, tuple)) and len(a) == 1:
             a = a[0]
         if isinstance(a, (list, tuple)):
-            raise Hint("each rank keeps one element (its output has 1 element)")
+            raise Hint(tr("each rank keeps one element (its output has 1 element)"))
         out.append(float(a))
     return out
 
@@ -50,34 +55,52 @@ def reduce_scatter_per_rank(answer: Any) -> str:
         if all(r is not None and len(r) == RS_WORLD for r in rows):
             if [[float(x) for x in r] for r in rows] == [truth] * RS_WORLD:
                 raise Hint(
-                    "every rank holding the whole sum is all_reduce; reduce_scatter leaves "
-                    "rank i only chunk i of the sum (here one element)"
+                    tr(
+                        "every rank holding the whole sum is all_reduce; reduce_scatter leaves "
+                        "rank i only chunk i of the sum (here one element)"
+                    )
                 )
-            raise Hint("each rank keeps one element (its output has 1 element), not a list of 3")
+            raise Hint(
+                tr("each rank keeps one element (its output has 1 element), not a list of 3")
+            )
     found = _flat(answer)
     if len(found) != RS_WORLD:
-        raise Hint(f"give one value per rank: {RS_WORLD} entries, found {len(found)}")
+        raise Hint(
+            tr(
+                "give one value per rank: {rs_world} entries, found {len_found}",
+                rs_world=RS_WORLD,
+                len_found=len(found),
+            )
+        )
     own = [float(inputs[i][i]) for i in range(RS_WORLD)]
     if found == own:
         raise Hint(
-            "you kept each rank's own element i: reduce_scatter first SUMS the inputs of all "
-            "ranks, then rank i keeps element i of that sum"
+            tr(
+                "you kept each rank's own element i: reduce_scatter first SUMS the inputs of "
+                "all ranks, then rank i keeps element i of that sum"
+            )
         )
     if found == [float(inputs[0][i]) for i in range(RS_WORLD)]:
-        raise Hint("that is rank 0's input scattered (a scatter); reduce_scatter sums first")
+        raise Hint(tr("that is rank 0's input scattered (a scatter); reduce_scatter sums first"))
     if all(x == float(total.sum()) for x in found):
         raise Hint(
-            "you added the whole sum together; the sum is element-wise over ranks, and rank i "
-            "keeps element i of it"
+            tr(
+                "you added the whole sum together; the sum is element-wise over ranks, and "
+                "rank i keeps element i of it"
+            )
         )
     if found != truth:
         raise Hint(
-            "write the three inputs as rows, add them column by column, then rank i keeps "
-            "column i (section 4's table shows the same rule on 4 ranks)"
+            tr(
+                "write the three inputs as rows, add them column by column, then rank i "
+                "keeps column i (section 4's table shows the same rule on 4 ranks)"
+            )
         )
-    return (
-        f"the inputs {[t.tolist() for t in inputs]} add up to {truth}; rank i keeps element i, "
-        "so the ranks hold " + ", ".join(f"rank {i}: [{v}]" for i, v in enumerate(truth))
+    return tr(
+        "the inputs {inputs} add up to {truth}; rank i keeps element i, so the ranks hold {held}",
+        inputs=[t.tolist() for t in inputs],
+        truth=truth,
+        held=", ".join(f"rank {i}: [{v}]" for i, v in enumerate(truth)),
     )
 
 
@@ -113,29 +136,42 @@ def torchrun_rank(answer: Any) -> str:
     group_rank, local_rank = ASK
     truth = torchrun_ranks()[group_rank][local_rank]
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        raise Hint("give a pair (RANK, WORLD_SIZE), for example (3, 8)")
+        raise Hint(tr("give a pair (RANK, WORLD_SIZE), for example (3, 8)"))
     rank, world = (int(a) for a in answer)
     if world != truth[1]:
         if world == NODE_SIZES[group_rank]:
             raise Hint(
-                "that WORLD_SIZE is the node's LOCAL_WORLD_SIZE; WORLD_SIZE counts all nodes"
+                tr("that WORLD_SIZE is the node's LOCAL_WORLD_SIZE; WORLD_SIZE counts all nodes")
             )
-        raise Hint("WORLD_SIZE is the number of workers on all nodes together")
+        raise Hint(tr("WORLD_SIZE is the number of workers on all nodes together"))
     if rank == group_rank * NODE_SIZES[group_rank] + local_rank:
         raise Hint(
-            "GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK holds only with the same number of "
-            "workers on every node; the agent adds up the local world sizes of the nodes before"
+            tr(
+                "GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK holds only with the same number "
+                "of workers on every node; the agent adds up the local world sizes of the "
+                "nodes before"
+            )
         )
     if rank == local_rank:
-        raise Hint("that is the LOCAL_RANK; RANK numbers the workers of all nodes")
+        raise Hint(tr("that is the LOCAL_RANK; RANK numbers the workers of all nodes"))
     if rank == truth[0] - 1 or rank == sum(NODE_SIZES[:group_rank]):
-        raise Hint("the node's base is right; add the LOCAL_RANK (local ranks count from 0)")
+        raise Hint(tr("the node's base is right; add the LOCAL_RANK (local ranks count from 0)"))
     if rank != truth[0]:
-        raise Hint("read `base_global_rank` in the excerpt of section 1: which nodes add to it?")
-    return (
-        f"the nodes before GROUP_RANK {group_rank} hold {sum(NODE_SIZES[:group_rank])} workers "
-        f"(the base), plus LOCAL_RANK {local_rank}: RANK {truth[0]} of WORLD_SIZE {truth[1]} "
-        "(the installed agent's `_assign_worker_ranks` gives the same)"
+        raise Hint(
+            tr("read `base_global_rank` in the excerpt of section 1: which nodes add to it?")
+        )
+    return tr(
+        (
+            "the nodes before GROUP_RANK {group_rank} hold {sum_node_sizes_group_rank} "
+            "workers (the base), plus LOCAL_RANK {local_rank}: RANK {truth_0} of "
+            "WORLD_SIZE {truth_1} (the installed agent's `_assign_worker_ranks` gives "
+            "the same)"
+        ),
+        group_rank=group_rank,
+        sum_node_sizes_group_rank=sum(NODE_SIZES[:group_rank]),
+        local_rank=local_rank,
+        truth_0=truth[0],
+        truth_1=truth[1],
     )
 
 
@@ -158,30 +194,50 @@ def sampler_shards(answer: Any) -> str:
     try:
         found = [[int(i) for i in shard] for shard in answer]
     except TypeError:
-        raise Hint("give a list of 4 lists of indices, one per rank") from None
+        raise Hint(tr("give a list of 4 lists of indices, one per rank")) from None
     if len(found) != REPLICAS:
-        raise Hint(f"one list per rank: {REPLICAS} lists, found {len(found)}")
+        raise Hint(
+            tr(
+                "one list per rank: {replicas} lists, found {len_found}",
+                replicas=REPLICAS,
+                len_found=len(found),
+            )
+        )
     if found == truth:
-        return (
-            f"the 10 indices are padded to 12 by repeating the first two ({truth[2][-1]}, "
-            f"{truth[3][-1]}), then rank r takes every 4th starting at r: {truth}"
+        return tr(
+            (
+                "the 10 indices are padded to 12 by repeating the first two ({truth_2_1}, "
+                "{truth_3_1}), then rank r takes every 4th starting at r: {truth}"
+            ),
+            truth_2_1=truth[2][-1],
+            truth_3_1=truth[3][-1],
+            truth=truth,
         )
     size = -(-SAMPLES // REPLICAS)
     if found == [list(range(r * size, min((r + 1) * size, SAMPLES))) for r in range(REPLICAS)]:
         raise Hint(
-            "the sampler does not cut contiguous chunks: rank r takes indices[r::num_replicas] "
-            "(read DistributedSampler.__iter__)"
+            tr(
+                "the sampler does not cut contiguous chunks: rank r takes "
+                "indices[r::num_replicas] (read DistributedSampler.__iter__)"
+            )
         )
     if found == [list(range(r, SAMPLES, REPLICAS)) for r in range(REPLICAS)]:
         raise Hint(
-            "ranks 2 and 3 must hold as many indices as ranks 0 and 1: without drop_last the "
-            "sampler pads the list by repeating its first indices"
+            tr(
+                "ranks 2 and 3 must hold as many indices as ranks 0 and 1: without drop_last "
+                "the sampler pads the list by repeating its first indices"
+            )
         )
     if found == [list(range(r, SAMPLES - SAMPLES % REPLICAS, REPLICAS)) for r in range(REPLICAS)]:
-        raise Hint("that is drop_last=True; the default pads instead of dropping")
+        raise Hint(tr("that is drop_last=True; the default pads instead of dropping"))
     if all(len(s) == size for s in found):
-        raise Hint("the sizes are right; which indices pad the list, and who gets them?")
-    raise Hint(f"every rank gets ceil(10 / 4) = {size} indices; read DistributedSampler.__iter__")
+        raise Hint(tr("the sizes are right; which indices pad the list, and who gets them?"))
+    raise Hint(
+        tr(
+            ("every rank gets ceil(10 / 4) = {size} indices; read DistributedSampler.__iter__"),
+            size=size,
+        )
+    )
 
 
 # 04.4: all_reduce written as reduce + broadcast, on 2 ranks
@@ -209,13 +265,18 @@ def _as_list(value: Any) -> Any:
 @exercise("04.4", "all_reduce from reduce and broadcast")
 def all_reduce_from_reduce_broadcast(answer: Any) -> str:
     if not callable(answer):
-        raise Hint("give the worker function itself, `my_all_reduce`, not its result")
+        raise Hint(tr("give the worker function itself, `my_all_reduce`, not its result"))
     calls = _calls(answer)
     if "all_reduce" in calls:
-        raise Hint("do not call dist.all_reduce: build it from dist.reduce and dist.broadcast")
+        raise Hint(tr("do not call dist.all_reduce: build it from dist.reduce and dist.broadcast"))
     missing = {"reduce", "broadcast"} - calls
     if missing:
-        raise Hint(f"the worker must call dist.reduce and dist.broadcast; missing: {missing}")
+        raise Hint(
+            tr(
+                "the worker must call dist.reduce and dist.broadcast; missing: {missing}",
+                missing=missing,
+            )
+        )
     world_size = 2
     found = [_as_list(f) for f in launch_source(answer, world_size=world_size, timeout_s=60)]
     # rank r starts from [r + 1, 10 * (r + 1)] (the starter's docstring says so)
@@ -224,13 +285,27 @@ def all_reduce_from_reduce_broadcast(answer: Any) -> str:
         float(sum(10 * (r + 1) for r in range(world_size))),
     ]
     if found == [truth] * world_size:
-        return (
-            f"both ranks return {truth}: reduce leaves the sum on dst 0 only, broadcast from 0 "
-            "then copies it to every rank, which is what all_reduce leaves"
+        return tr(
+            (
+                "both ranks return {truth}: reduce leaves the sum on dst 0 only, broadcast "
+                "from 0 then copies it to every rank, which is what all_reduce leaves"
+            ),
+            truth=truth,
         )
     if found and found[0] == truth:
         raise Hint(
-            f"rank 0 is right but the ranks return {found}: after reduce only dst holds the sum; "
-            "broadcast it from that rank"
+            tr(
+                (
+                    "rank 0 is right but the ranks return {found}: after reduce only dst holds "
+                    "the sum; broadcast it from that rank"
+                ),
+                found=found,
+            )
         )
-    raise Hint(f"expected {truth} on both ranks, found {found}: reduce with SUM to dst=0 first")
+    raise Hint(
+        tr(
+            ("expected {truth} on both ranks, found {found}: reduce with SUM to dst=0 first"),
+            truth=truth,
+            found=found,
+        )
+    )

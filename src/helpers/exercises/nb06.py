@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.ddp import TwoHeadNet, make_mlp, make_wide_mlp, wrap_ddp
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, exercise, tr
 
 # 06.1: the rebuilt buckets of make_wide_mlp with an explicit bucket_cap_mb
 CAP_MB = 0.015
@@ -50,39 +50,66 @@ def buckets(answer: Any) -> str:
     try:
         found = [[str(n) for n in b] for b in answer]
     except TypeError:
-        raise Hint("give a list of buckets, each a list of parameter names like '4.bias'") from None
+        raise Hint(
+            tr("give a list of buckets, each a list of parameter names like '4.bias'")
+        ) from None
     names = {n for n, _ in make_wide_mlp(seed=0).named_parameters()}
     unknown = sorted({n for b in found for n in b} - names)
     if unknown:
-        raise Hint(f"not parameter names of make_wide_mlp: {unknown}; they look like '0.weight'")
+        raise Hint(
+            tr(
+                "not parameter names of make_wide_mlp: {unknown}; they look like '0.weight'",
+                unknown=unknown,
+            )
+        )
     if [set(b) for b in found] == [set(b) for b in truth]:
         pb = {n: p.numel() * p.element_size() for n, p in make_wide_mlp(seed=0).named_parameters()}
         sizes = [sum(pb[n] for n in b) for b in truth]
-        return (
-            f"an explicit bucket_cap_mb={CAP_MB} makes every cap int({CAP_MB} * 2**20) = "
-            f"{int(CAP_MB * 2**20)} B, the first bucket's too; walking the gradients from the last "
-            f"layer, each bucket closes once it reaches the cap: {truth}, {sizes} B"
+        return tr(
+            (
+                "an explicit bucket_cap_mb={cap_mb} makes every cap int({cap_mb} * 2**20) = "
+                "{int_cap_mb_2_20} B, the first bucket's too; walking the gradients from the "
+                "last layer, each bucket closes once it reaches the cap: {truth}, {sizes} B"
+            ),
+            cap_mb=CAP_MB,
+            int_cap_mb_2_20=int(CAP_MB * 2**20),
+            truth=truth,
+            sizes=sizes,
         )
     if len(found) == 1:
-        raise Hint("one bucket with everything is step 0; the question is about the rebuild")
+        raise Hint(tr("one bucket with everything is step 0; the question is about the rebuild"))
     if found and "0.weight" in found[0]:
         raise Hint(
-            "the rebuilt buckets follow gradient order: backward produces the last layer's "
-            "gradients first, so bucket 0 starts with '4.bias'"
+            tr(
+                "the rebuilt buckets follow gradient order: backward produces the last "
+                "layer's gradients first, so bucket 0 starts with '4.bias'"
+            )
         )
     if [set(b) for b in found] == [set(b) for b in rebuilt_buckets(None)]:
         raise Hint(
-            "those are the default buckets (1 MiB first bucket); with bucket_cap_mb given "
-            "explicitly, read _BucketCapacityConfig.create: what is first_bucket_bytes_cap?"
+            tr(
+                "those are the default buckets (1 MiB first bucket); with bucket_cap_mb "
+                "given explicitly, read _BucketCapacityConfig.create: what is "
+                "first_bucket_bytes_cap?"
+            )
         )
     if all(len(b) == 1 for b in found):
         raise Hint(
-            "a bucket closes after the parameter that makes it reach the cap, not before it: "
-            "a parameter bigger than the cap still shares its bucket with the ones before it"
+            tr(
+                "a bucket closes after the parameter that makes it reach the cap, not before "
+                "it: a parameter bigger than the cap still shares its bucket with the ones "
+                "before it"
+            )
         )
     raise Hint(
-        f"cap = int({CAP_MB} * 2**20) bytes for every bucket; add the parameters' bytes in "
-        "gradient order (section 4 prints param_bytes) and close a bucket once it reaches the cap"
+        tr(
+            (
+                "cap = int({cap_mb} * 2**20) bytes for every bucket; add the parameters' "
+                "bytes in gradient order (section 4 prints param_bytes) and close a bucket "
+                "once it reaches the cap"
+            ),
+            cap_mb=CAP_MB,
+        )
     )
 
 
@@ -127,27 +154,41 @@ def sum_instead_of_mean(answer: Any) -> str:
     try:
         found = float(answer)
     except (TypeError, ValueError):
-        raise Hint("give one number: DDP's gradient divided by the reference gradient") from None
+        raise Hint(
+            tr("give one number: DDP's gradient divided by the reference gradient")
+        ) from None
     truth = sum_loss_factor()
     if math.isclose(found, truth, rel_tol=1e-3):
-        return (
-            f"each rank's gradient is the sum over its 4 samples; DDP adds the 2 and divides by "
-            f"world_size = 2, so it holds half the sum over all 8: factor {truth:g}. With a mean "
-            "loss the same division makes DDP match exactly (section 5)"
+        return tr(
+            (
+                "each rank's gradient is the sum over its 4 samples; DDP adds the 2 and "
+                "divides by world_size = 2, so it holds half the sum over all 8: factor "
+                "{truth:g}. With a mean loss the same division makes DDP match exactly "
+                "(section 5)"
+            ),
+            truth=truth,
         )
     if math.isclose(found, 1.0):
         raise Hint(
-            "DDP does not just add the ranks' gradients: the default all-reduce divides the sum "
-            "by world_size (section 4)"
+            tr(
+                "DDP does not just add the ranks' gradients: the default all-reduce divides "
+                "the sum by world_size (section 4)"
+            )
         )
     if math.isclose(found, RANKS):
-        raise Hint("upside down: which one is larger, the sum over 8 samples or DDP's gradient?")
+        raise Hint(
+            tr("upside down: which one is larger, the sum over 8 samples or DDP's gradient?")
+        )
     if math.isclose(found, PER_RANK) or math.isclose(found, 1 / PER_RANK):
         raise Hint(
-            "the reference here is also a SUM (over all 8 samples), not a mean; compare sums "
-            "with sums and count only DDP's division"
+            tr(
+                "the reference here is also a SUM (over all 8 samples), not a mean; compare "
+                "sums with sums and count only DDP's division"
+            )
         )
-    raise Hint("write DDP's gradient as (g_rank0 + g_rank1) / world_size and compare with g_all")
+    raise Hint(
+        tr("write DDP's gradient as (g_rank0 + g_rank1) / world_size and compare with g_all")
+    )
 
 
 # 06.3: an unused parameter, and the DDP argument that lets the loop run
@@ -169,26 +210,40 @@ def unused_loop_worker(rank: int, world_size: int, ddp_kwargs: dict) -> dict:
 @exercise("06.3", "An unused head")
 def unused_parameters(answer: Any) -> str:
     if not isinstance(answer, dict):
-        raise Hint("give a dict of keyword arguments for DDP, e.g. {'bucket_cap_mb': 25}")
+        raise Hint(tr("give a dict of keyword arguments for DDP, e.g. {{'bucket_cap_mb': 25}}"))
     allowed = set(inspect.signature(DDP.__init__).parameters) - {"self", "module"}
     unknown = sorted(set(answer) - allowed)
     if unknown:
-        raise Hint(f"{unknown} is not an argument of DistributedDataParallel: read its docstring")
+        raise Hint(
+            tr(
+                "{unknown} is not an argument of DistributedDataParallel: read its docstring",
+                unknown=unknown,
+            )
+        )
     from helpers.launch import launch
 
     result = list(launch(unused_loop_worker, world_size=2, args=(answer,)))
     errors = [r["error"] for r in result if r["error"]]
     if errors:
         raise Hint(
-            f"with {answer} the second iteration still raised: {errors[0]} head_b never gets a "
-            "gradient, so its bucket never fills; read find_unused_parameters in DDP's docstring"
+            tr(
+                (
+                    "with {answer} the second iteration still raised: {errors_0} head_b never "
+                    "gets a gradient, so its bucket never fills; read find_unused_parameters in "
+                    "DDP's docstring"
+                ),
+                answer=answer,
+                errors_0=errors[0],
+            )
         )
     how = (
-        "find_unused_parameters=True makes DDP walk the autograd graph after each forward and "
-        "mark head_b ready, so its bucket is all-reduced without it"
+        tr(
+            "find_unused_parameters=True makes DDP walk the autograd graph after each forward "
+            "and mark head_b ready, so its bucket is all-reduced without it"
+        )
         if answer.get("find_unused_parameters")
-        else f"{answer} lets DDP learn the unused parameters"
+        else tr("{answer} lets DDP learn the unused parameters", answer=answer)
     )
     grads = [r["head_b grad"] for r in result]
-    after = "head_b's grad stays None" if not any(grads) else "head_b got a gradient"
-    return f"both steps ran on 2 ranks: {how}; {after}"
+    after = tr("head_b's grad stays None") if not any(grads) else tr("head_b got a gradient")
+    return tr("both steps ran on 2 ranks: {how}; {after}", how=how, after=after)

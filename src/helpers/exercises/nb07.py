@@ -19,7 +19,7 @@ from unittest import mock
 import torch
 from torch import nn
 
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, exercise, tr
 
 # 07.1: running statistics after two training steps on the same batch
 BATCH = [1.0, 2.0, 3.0, 6.0]
@@ -47,7 +47,7 @@ def _simulate(keep: float, correction: int, var0: float, steps: int) -> tuple[fl
 
 def _pair(answer: Any, what: str) -> tuple[float, float]:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        raise Hint(f"give a pair of numbers: {what}")
+        raise Hint(tr("give a pair of numbers: {what}", what=what))
     return float(answer[0]), float(answer[1])
 
 
@@ -61,31 +61,44 @@ def running_stats_after_two_steps(answer: Any) -> str:
     truth = running_stats()
     momentum = nn.BatchNorm1d(1).momentum
     if _close(found, truth):
-        return (
-            f"running_mean = 0.9 * (0.9 * 0 + 0.1 * 3) + 0.1 * 3 = {truth[0]:.4f}; running_var "
-            f"starts at 1 and moves towards the UNBIASED variance 14/3: {truth[1]:.4f} "
-            "(nn.BatchNorm1d gives the same)"
+        return tr(
+            (
+                "running_mean = 0.9 * (0.9 * 0 + 0.1 * 3) + 0.1 * 3 = {truth_0:.4f}; "
+                "running_var starts at 1 and moves towards the UNBIASED variance 14/3: "
+                "{truth_1:.4f} (nn.BatchNorm1d gives the same)"
+            ),
+            truth_0=truth[0],
+            truth_1=truth[1],
         )
     x = torch.tensor(BATCH, dtype=torch.float64)
     if _close(found, (x.mean().item(), x.var(correction=1).item())) or _close(
         found, (x.mean().item(), x.var(correction=0).item())
     ):
         raise Hint(
-            "those are the batch statistics; the running ones start at (0, 1) and move only "
-            f"by momentum = {momentum} per step"
+            tr(
+                (
+                    "those are the batch statistics; the running ones start at (0, 1) and move "
+                    "only by momentum = {momentum} per step"
+                ),
+                momentum=momentum,
+            )
         )
     slips = [
-        ((1 - momentum, 0, 1.0, STEPS), "running_var is updated with the UNBIASED variance"),
-        ((momentum, 1, 1.0, STEPS), "momentum is the weight of the NEW batch statistic"),
-        ((1 - momentum, 1, 0.0, STEPS), "running_var starts at 1, not 0"),
-        ((1 - momentum, 1, 1.0, 1), "two training forwards make two updates"),
+        ((1 - momentum, 0, 1.0, STEPS), tr("running_var is updated with the UNBIASED variance")),
+        ((momentum, 1, 1.0, STEPS), tr("momentum is the weight of the NEW batch statistic")),
+        ((1 - momentum, 1, 0.0, STEPS), tr("running_var starts at 1, not 0")),
+        ((1 - momentum, 1, 1.0, 1), tr("two training forwards make two updates")),
     ]
     for args, hint in slips:
         if _close(found, _simulate(*args)):
-            raise Hint(hint + " (section 1 writes the update out)")
+            raise Hint(tr("{hint} (section 1 writes the update out)", hint=hint))
     if math.isclose(found[0], truth[0], rel_tol=1e-3):
-        raise Hint("running_mean is right; running_var starts at 1 and uses the unbiased variance")
-    raise Hint("apply running = (1 - momentum) * running + momentum * batch_stat twice (section 1)")
+        raise Hint(
+            tr("running_mean is right; running_var starts at 1 and uses the unbiased variance")
+        )
+    raise Hint(
+        tr("apply running = (1 - momentum) * running + momentum * batch_stat twice (section 1)")
+    )
 
 
 # 07.2: the global batch statistics from per-rank statistics
@@ -103,34 +116,45 @@ def rank_stats() -> list[tuple[int, float, float]]:
 
 @exercise("07.2", "Global mean and variance from per-rank statistics")
 def global_stats(answer: Any) -> str:
-    found = _pair(answer, "(global mean, global biased variance)")
+    found = _pair(answer, tr("(global mean, global biased variance)"))
     whole = torch.tensor(sum(RANK_VALUES, []), dtype=torch.float64)
     var, mean = torch.var_mean(whole, correction=0)  # BatchNorm on the concatenated batch
     truth = (mean.item(), var.item())
     stats = rank_stats()
     n = sum(c for c, _, _ in stats)
     if _close(found, truth):
-        return (
-            f"mean = (2 * 1 + 6 * 3) / 8 = {truth[0]}; E[x^2] per rank = var + mean^2, so "
-            f"var = (2 * 1.25 + 6 * 10) / 8 - {truth[0]}^2 = {truth[1]}: the variance includes "
-            "the spread of the rank means, which is why the counts travel with the stats"
+        return tr(
+            (
+                "mean = (2 * 1 + 6 * 3) / 8 = {truth_0}; E[x^2] per rank = var + mean^2, so "
+                "var = (2 * 1.25 + 6 * 10) / 8 - {truth_0}^2 = {truth_1}: the variance "
+                "includes the spread of the rank means, which is why the counts travel with "
+                "the stats"
+            ),
+            truth_0=truth[0],
+            truth_1=truth[1],
         )
     mean_of_means = sum(m for _, m, _ in stats) / len(stats)
     if math.isclose(found[0], mean_of_means):
-        raise Hint("that mean of means ignores the counts: weight each rank's mean by its count")
+        raise Hint(
+            tr("that mean of means ignores the counts: weight each rank's mean by its count")
+        )
     if not math.isclose(found[0], truth[0], rel_tol=1e-3):
-        raise Hint("the global mean is the count-weighted mean of the rank means")
+        raise Hint(tr("the global mean is the count-weighted mean of the rank means"))
     weighted_vars = sum(c * v for c, _, v in stats) / n
     if math.isclose(found[1], weighted_vars, rel_tol=1e-3):
         raise Hint(
-            "averaging the variances misses the spread of the rank means around the global "
-            "mean: add it, or go through E[x^2] = var + mean^2 per rank"
+            tr(
+                "averaging the variances misses the spread of the rank means around the "
+                "global mean: add it, or go through E[x^2] = var + mean^2 per rank"
+            )
         )
     if math.isclose(found[1], sum(v for _, _, v in stats) / len(stats), rel_tol=1e-3):
-        raise Hint("a plain mean of variances: weight by counts, and add the spread of the means")
+        raise Hint(
+            tr("a plain mean of variances: weight by counts, and add the spread of the means")
+        )
     if math.isclose(found[1], truth[1] * n / (n - 1), rel_tol=1e-3):
-        raise Hint("that is the unbiased variance; BatchNorm normalises with the biased one")
-    raise Hint("mean right; for the variance, E[x^2] - mean^2 over all 8 values")
+        raise Hint(tr("that is the unbiased variance; BatchNorm normalises with the biased one"))
+    raise Hint(tr("mean right; for the variance, E[x^2] - mean^2 over all 8 values"))
 
 
 # 07.3: what nn.SyncBatchNorm's collectives carry
@@ -208,33 +232,46 @@ def syncbn_collective_sizes(
 @exercise("07.3", "What SyncBatchNorm's collectives carry")
 def collective_sizes(answer: Any) -> str:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 3):
-        raise Hint("give three numbers: (sent in forward, held after the gather, all-reduced)")
+        raise Hint(tr("give three numbers: (sent in forward, held after the gather, all-reduced)"))
     found = tuple(int(a) for a in answer)
     sizes = syncbn_collective_sizes()
     truth = (sizes["forward sent"], sizes["forward held"], sizes["backward all-reduced"])
     c, w = CHANNELS, WORLD
     if found == truth:
-        return (
-            f"each rank sends [mean (C), invstd (C), count (1)] = 2C + 1 = {truth[0]} numbers, "
-            f"holds W of them after the all-gather = {truth[1]}, and all-reduces "
-            f"[sum_dy (C), sum_dy_xmu (C)] = 2C = {truth[2]} in backward (measured by running "
-            "the installed autograd function up to each collective)"
+        return tr(
+            (
+                "each rank sends [mean (C), invstd (C), count (1)] = 2C + 1 = {truth_0} "
+                "numbers, holds W of them after the all-gather = {truth_1}, and all-reduces "
+                "[sum_dy (C), sum_dy_xmu (C)] = 2C = {truth_2} in backward (measured by "
+                "running the installed autograd function up to each collective)"
+            ),
+            truth_0=truth[0],
+            truth_1=truth[1],
+            truth_2=truth[2],
         )
     if found[0] == 2 * c:
-        raise Hint("forward also sends the rank's count: the excerpt's torch.cat has 3 parts")
+        raise Hint(tr("forward also sends the rank's count: the excerpt's torch.cat has 3 parts"))
     if found[0] == 2 * c + w or found[0] == 3 * c:
-        raise Hint("the count is ONE number per rank (torch.full((1,), ...)), not one per channel")
+        raise Hint(
+            tr("the count is ONE number per rank (torch.full((1,), ...)), not one per channel")
+        )
     if found[0] != truth[0]:
-        raise Hint("read `combined = torch.cat(...)` in section 4's excerpt: what goes in it?")
+        raise Hint(tr("read `combined = torch.cat(...)` in section 4's excerpt: what goes in it?"))
     if found[1] == found[0]:
-        raise Hint("an all-gather leaves every rank with all W ranks' vectors, not only its own")
+        raise Hint(
+            tr("an all-gather leaves every rank with all W ranks' vectors, not only its own")
+        )
     if found[1] != truth[1]:
-        raise Hint("after the all-gather each rank holds W = 4 vectors of 2C + 1")
+        raise Hint(tr("after the all-gather each rank holds W = 4 vectors of 2C + 1"))
     if found[2] in (truth[1], w * 2 * c):
-        raise Hint("backward all-reduces (sums in place), it does not gather: no factor W")
+        raise Hint(tr("backward all-reduces (sums in place), it does not gather: no factor W"))
     if found[2] == 2 * c + 1:
-        raise Hint("backward sends no count: read the torch.cat before the all_reduce in backward")
-    raise Hint("read SyncBatchNorm.backward: which tensor goes into torch.distributed.all_reduce?")
+        raise Hint(
+            tr("backward sends no count: read the torch.cat before the all_reduce in backward")
+        )
+    raise Hint(
+        tr("read SyncBatchNorm.backward: which tensor goes into torch.distributed.all_reduce?")
+    )
 
 
 # 07.4: the global statistics with one all-reduce, on 2 ranks
@@ -260,37 +297,61 @@ def one_all_reduce(answer: Any) -> str:
     from helpers.exercises import launch_source
 
     if not callable(answer):
-        raise Hint("give the worker function itself, `my_global_stats`, not its result")
+        raise Hint(tr("give the worker function itself, `my_global_stats`, not its result"))
     calls = _calls(answer)
     gathers = sorted({c for c in calls if "gather" in c})
     if gathers:
-        raise Hint(f"no {gathers}: pack [sum, sum of squares, count] and call one dist.all_reduce")
+        raise Hint(
+            tr(
+                "no {gathers}: pack [sum, sum of squares, count] and call one dist.all_reduce",
+                gathers=gathers,
+            )
+        )
     if calls.count("all_reduce") != 1:
         raise Hint(
-            f"expected one dist.all_reduce call, found {calls.count('all_reduce')}: pack "
-            "[sum, sum of squares, count] into one tensor"
+            tr(
+                (
+                    "expected one dist.all_reduce call, found {calls_count_all_reduce}: pack "
+                    "[sum, sum of squares, count] into one tensor"
+                ),
+                calls_count_all_reduce=calls.count("all_reduce"),
+            )
         )
     found = list(launch_source(answer, world_size=len(BATCHES), args=(BATCHES,), timeout_s=60))
     whole = torch.tensor(sum(BATCHES, []), dtype=torch.float64)
     var, mean = torch.var_mean(whole, correction=0)
     truth = (mean.item(), var.item())
-    pairs = [_pair(f, "(mean, biased variance) as floats") for f in found]
+    pairs = [_pair(f, tr("(mean, biased variance) as floats")) for f in found]
     if all(_close(p, truth) for p in pairs):
-        return (
-            f"every rank gets mean {truth[0]} and biased variance {truth[1]} of all "
-            f"{whole.numel()} values from one all-reduce of [sum, sum of squares, count], as "
-            "helpers.syncbn.global_batch_stats does"
+        return tr(
+            (
+                "every rank gets mean {truth_0} and biased variance {truth_1} of all "
+                "{whole_numel} values from one all-reduce of [sum, sum of squares, count], "
+                "as helpers.syncbn.global_batch_stats does"
+            ),
+            truth_0=truth[0],
+            truth_1=truth[1],
+            whole_numel=whole.numel(),
         )
     if not all(_close(p, pairs[0]) for p in pairs):
-        raise Hint(f"the ranks disagree: {pairs}; every rank must end with the same numbers")
+        raise Hint(
+            tr(
+                "the ranks disagree: {pairs}; every rank must end with the same numbers",
+                pairs=pairs,
+            )
+        )
     found_mean, found_var = pairs[0]
     n = whole.numel()
     if math.isclose(found_mean, sum(sum(b) / len(b) for b in BATCHES) / len(BATCHES)):
         raise Hint(
-            "that mean is a mean of the rank means: divide the global sum by the global count"
+            tr("that mean is a mean of the rank means: divide the global sum by the global count")
         )
     if math.isclose(found_var, truth[1] * n / (n - 1), rel_tol=1e-4):
-        raise Hint("that is the unbiased variance; BatchNorm normalises with the biased one")
+        raise Hint(tr("that is the unbiased variance; BatchNorm normalises with the biased one"))
     raise Hint(
-        f"expected {truth} on every rank, found {pairs}: mean = S / n, var = SS / n - mean^2"
+        tr(
+            ("expected {truth} on every rank, found {pairs}: mean = S / n, var = SS / n - mean^2"),
+            truth=truth,
+            pairs=pairs,
+        )
     )

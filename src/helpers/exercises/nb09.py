@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from helpers import train_ddp
-from helpers.exercises import Hint, as_int, choice_set, exercise
+from helpers.exercises import N_, Hint, as_int, choice_set, exercise, tr
 from helpers.source import source_view
 
 # 09.2: the scenario (epochs, kill spec rank:epoch with 1-based epochs)
@@ -39,43 +39,63 @@ def env_names_read() -> set[str]:
 
 
 _SET_BY_TORCHRUN_FOR_THE_SCRIPT = {
-    "LOCAL_RANK": "LOCAL_RANK picks this process's GPU (the script reads it); env:// never does",
-    "TORCHELASTIC_RESTART_COUNT": "the script reads TORCHELASTIC_RESTART_COUNT to decide "
-    "whether to resume; env:// does not",
-    "TORCHELASTIC_USE_AGENT_STORE": "TORCHELASTIC_USE_AGENT_STORE is optional: the store "
-    "env:// builds (`_create_c10d_store`) only looks whether it is set, to decide who hosts the "
-    "store; `_get_env_or_raise` never asks for it",
-    "LOCAL_WORLD_SIZE": "LOCAL_WORLD_SIZE is set by torchrun, but env:// does not read it",
-    "GROUP_RANK": "GROUP_RANK (the node's rank) is set by torchrun, but env:// does not read it",
+    "LOCAL_RANK": N_(
+        "LOCAL_RANK picks this process's GPU (the script reads it); env:// never does"
+    ),
+    "TORCHELASTIC_RESTART_COUNT": N_(
+        "the script reads TORCHELASTIC_RESTART_COUNT to decide whether to resume; env:// does not"
+    ),
+    "TORCHELASTIC_USE_AGENT_STORE": N_(
+        "TORCHELASTIC_USE_AGENT_STORE is optional: the store env:// builds "
+        "(`_create_c10d_store`) only looks whether it is set, to decide who hosts the store; "
+        "`_get_env_or_raise` never asks for it"
+    ),
+    "LOCAL_WORLD_SIZE": N_("LOCAL_WORLD_SIZE is set by torchrun, but env:// does not read it"),
+    "GROUP_RANK": N_(
+        "GROUP_RANK (the node's rank) is set by torchrun, but env:// does not read it"
+    ),
 }
 
 
 @exercise("09.1", "The environment variables env:// reads")
 def env_variables(answer: Any) -> str:
     if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
-        raise Hint("give a set of names, e.g. {'NAME_A', 'NAME_B'}")
+        raise Hint(tr("give a set of names, e.g. {{'NAME_A', 'NAME_B'}}"))
     given = {str(a).upper() for a in answer}
     truth = env_names_read()
     for name, why in _SET_BY_TORCHRUN_FOR_THE_SCRIPT.items():
         if name in given and name not in truth:
-            raise Hint(why)
+            raise Hint(tr(why))
     extra = given - truth
     if extra:
-        raise Hint(f"{sorted(extra)}: not read by `_env_rendezvous_handler`")
+        raise Hint(
+            tr("{sorted_extra}: not read by `_env_rendezvous_handler`", sorted_extra=sorted(extra))
+        )
     missing = truth - given
     if missing & {"MASTER_ADDR", "MASTER_PORT"}:
         raise Hint(
-            "the ranks meet at a TCPStore: env:// also needs where it listens (look for "
-            "every `_get_env_or_raise(...)` in `_env_rendezvous_handler`)"
+            tr(
+                "the ranks meet at a TCPStore: env:// also needs where it listens (look for "
+                "every `_get_env_or_raise(...)` in `_env_rendezvous_handler`)"
+            )
         )
     if missing:
         raise Hint(
-            f"{len(missing)} name(s) missing: unless rank and world_size are passed to "
-            "`init_process_group`, env:// reads them from the environment too"
+            tr(
+                (
+                    "{len_missing} name(s) missing: unless rank and world_size are passed to "
+                    "`init_process_group`, env:// reads them from the environment too"
+                ),
+                len_missing=len(missing),
+            )
         )
-    return (
-        f"{sorted(truth)}: `_env_rendezvous_handler` raises if one is unset; torchrun sets them "
-        "all (section 5's `worker_env`), plus LOCAL_RANK and TORCHELASTIC_* for the script."
+    return tr(
+        (
+            "{sorted_truth}: `_env_rendezvous_handler` raises if one is unset; torchrun "
+            "sets them all (section 5's `worker_env`), plus LOCAL_RANK and "
+            "TORCHELASTIC_* for the script."
+        ),
+        sorted_truth=sorted(truth),
     )
 
 
@@ -102,32 +122,48 @@ def replay_attempts(epochs: int = EPOCHS, kill_at: str = KILL_AT) -> list[int]:
 @exercise("09.2", "The attempt of each epoch after a kill")
 def attempts_after_kill(answer: Any) -> str:
     if not isinstance(answer, (list, tuple)) or any(as_int(a) is None for a in answer):
-        raise Hint("give a list of whole numbers, one `attempt` per history record")
+        raise Hint(tr("give a list of whole numbers, one `attempt` per history record"))
     truth = replay_attempts()
     answer = [as_int(a) for a in answer]
     if len(answer) != len(truth):
         raise Hint(
-            f"the history holds one record per finished epoch ({EPOCHS}): the interrupted epoch "
-            "left no record, and its rerun is recorded once"
+            tr(
+                (
+                    "the history holds one record per finished epoch ({epochs}): the interrupted "
+                    "epoch left no record, and its rerun is recorded once"
+                ),
+                epochs=EPOCHS,
+            )
         )
     if max(answer) > max(truth):
         raise Hint(
-            "one kill costs one restart: the test hook fires only on attempt 0 "
-            "(`_kill_step` returns None once `info.attempt != 0`)"
+            tr(
+                "one kill costs one restart: the test hook fires only on attempt 0 "
+                "(`_kill_step` returns None once `info.attempt != 0`)"
+            )
         )
     if answer.count(0) > truth.count(0):
         raise Hint(
-            "the killed epoch died halfway, before its checkpoint: the restarted group resumes "
-            "from the epochs saved before it and runs the killed epoch again"
+            tr(
+                "the killed epoch died halfway, before its checkpoint: the restarted group "
+                "resumes from the epochs saved before it and runs the killed epoch again"
+            )
         )
     if answer.count(0) < truth.count(0):
-        raise Hint("the epochs finished before the kill ran on attempt 0 and were checkpointed")
+        raise Hint(tr("the epochs finished before the kill ran on attempt 0 and were checkpointed"))
     if answer != truth:
-        raise Hint("the records are in epoch order: attempt 0 first, then the restart")
-    return (
-        f"{truth}: epochs 1-{truth.count(0)} ran and were saved on attempt 0; rank "
-        f"{KILL_AT.split(':')[0]} died in epoch {truth.count(0) + 1}, and the restarted group "
-        f"(TORCHELASTIC_RESTART_COUNT=1) resumed from last.pt and ran it again, to the end."
+        raise Hint(tr("the records are in epoch order: attempt 0 first, then the restart"))
+    return tr(
+        (
+            "{truth}: epochs 1-{truth_count_0} ran and were saved on attempt 0; rank "
+            "{kill_at_split_0} died in epoch {truth_count_0_1}, and the restarted group "
+            "(TORCHELASTIC_RESTART_COUNT=1) resumed from last.pt and ran it again, to "
+            "the end."
+        ),
+        truth=truth,
+        truth_count_0=truth.count(0),
+        kill_at_split_0=KILL_AT.split(":")[0],
+        truth_count_0_1=truth.count(0) + 1,
     )
 
 
@@ -156,27 +192,41 @@ def restart_arithmetic(max_restarts: int = MAX_RESTARTS) -> tuple[int, int]:
 @exercise("09.3", "How many worker groups --max-restarts=2 starts")
 def max_restarts(answer: Any) -> str:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Hint("give a pair: (worker groups started, the last TORCHELASTIC_RESTART_COUNT)")
+        raise Hint(tr("give a pair: (worker groups started, the last TORCHELASTIC_RESTART_COUNT)"))
     groups, last = answer
     truth = restart_arithmetic()
     if groups == MAX_RESTARTS:
         raise Hint(
-            "the first group is not a restart: groups started = 1 + the restarts allowed "
-            "(`_remaining_restarts` starts at max_restarts and only a failure spends one)"
+            tr(
+                "the first group is not a restart: groups started = 1 + the restarts allowed "
+                "(`_remaining_restarts` starts at max_restarts and only a failure spends one)"
+            )
         )
     if last == MAX_RESTARTS + 1 or last == groups:
         raise Hint(
-            "the first group sees TORCHELASTIC_RESTART_COUNT=0 (`max_restarts - "
-            "_remaining_restarts` in `_start_workers`)"
+            tr(
+                "the first group sees TORCHELASTIC_RESTART_COUNT=0 (`max_restarts - "
+                "_remaining_restarts` in `_start_workers`)"
+            )
         )
     if (groups, last) != truth:
         raise Hint(
-            f"--max-restarts={MAX_RESTARTS} lets a failed group be replaced "
-            f"{MAX_RESTARTS} times; read `_invoke_run` (section 5)"
+            tr(
+                (
+                    "--max-restarts={max_restarts} lets a failed group be replaced "
+                    "{max_restarts} times; read `_invoke_run` (section 5)"
+                ),
+                max_restarts=MAX_RESTARTS,
+            )
         )
-    return (
-        f"{truth}: {MAX_RESTARTS} restarts after the first group, counts 0, 1, 2; the third "
-        "failure finds `_remaining_restarts == 0`, stops the workers and torchrun exits non-zero."
+    return tr(
+        (
+            "{truth}: {max_restarts} restarts after the first group, counts 0, 1, 2; the "
+            "third failure finds `_remaining_restarts == 0`, stops the workers and "
+            "torchrun exits non-zero."
+        ),
+        truth=truth,
+        max_restarts=MAX_RESTARTS,
     )
 
 
@@ -208,24 +258,40 @@ def refused_by_weights_only() -> set[str]:
 
 @exercise("09.4", "What weights_only refuses")
 def weights_only_refuses(answer: Any) -> str:
-    given = choice_set(answer, sorted(CANDIDATES), "names from CANDIDATES", "{'tensor'}")
+    given = choice_set(answer, sorted(CANDIDATES), tr("names from CANDIDATES"), "{'tensor'}")
     truth = refused_by_weights_only()
     if "numpy_array" in truth - given:
         raise Hint(
-            "numpy arrays are refused: that is why the script's `_rng_state` stores numpy's "
-            "RNG keys as a torch tensor"
+            tr(
+                "numpy arrays are refused: that is why the script's `_rng_state` stores "
+                "numpy's RNG keys as a torch tensor"
+            )
         )
     if given - truth:
         raise Hint(
-            f"{sorted(given - truth)} load fine: tensors, torch.Size and plain containers "
-            "(dict, OrderedDict, set, list) are on the allowlist"
+            tr(
+                (
+                    "{sorted_given_truth} load fine: tensors, torch.Size and plain containers "
+                    "(dict, OrderedDict, set, list) are on the allowlist"
+                ),
+                sorted_given_truth=sorted(given - truth),
+            )
         )
     if truth - given:
         raise Hint(
-            f"{len(truth - given)} more refused: any class outside torch's allowlist needs "
-            "its global, which weights_only does not import"
+            tr(
+                (
+                    "{len_truth_given} more refused: any class outside torch's allowlist needs "
+                    "its global, which weights_only does not import"
+                ),
+                len_truth_given=len(truth - given),
+            )
         )
-    return (
-        f"{sorted(truth)}: each needs a global outside the allowlist (a class to import), "
-        "so `load_checkpoint` would report them as one line, like section 7's evil.pt."
+    return tr(
+        (
+            "{sorted_truth}: each needs a global outside the allowlist (a class to "
+            "import), so `load_checkpoint` would report them as one line, like section "
+            "7's evil.pt."
+        ),
+        sorted_truth=sorted(truth),
     )

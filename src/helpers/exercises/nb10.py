@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from helpers.exercises import Hint, aten_name, choice_set, exercise
+from helpers.exercises import Hint, aten_name, choice_set, exercise, tr
 
 #: The ops exercise 10.2 asks about (ATen names, as the TorchScript registry keys them).
 CANDIDATE_OPS = (
@@ -53,60 +53,95 @@ def dynamic_batch(answer: Any) -> str:
 
     if answer is None:
         raise Hint(
-            "None leaves every dimension static: the file then fixes the batch to the example's"
-            " 2 and ONNX Runtime refuses batch 3 (section 3's second cell)"
+            tr(
+                "None leaves every dimension static: the file then fixes the batch to the "
+                "example's 2 and ONNX Runtime refuses batch 3 (section 3's second cell)"
+            )
         )
     if isinstance(answer, (tuple, list)) and len(answer) == 1:
         # torch.export also takes one spec per positional input, in order: forward(self, x)
         answer = {"x": answer[0]}
     if not isinstance(answer, dict):
         raise Hint(
-            "pass a dict keyed by the names of forward's parameters, one spec per input:"
-            " SmallCNN.forward(self, x) takes `x`"
+            tr(
+                "pass a dict keyed by the names of forward's parameters, one spec per input: "
+                "SmallCNN.forward(self, x) takes `x`"
+            )
         )
     if "logits" in answer or "output" in answer:
         raise Hint(
-            "dynamic_shapes describes the inputs only; the output's batch follows from x."
-            " It was `dynamic_axes` (the old exporter's argument) that named outputs too"
+            tr(
+                "dynamic_shapes describes the inputs only; the output's batch follows from "
+                "x. It was `dynamic_axes` (the old exporter's argument) that named outputs "
+                "too"
+            )
         )
     if set(answer) != {"x"}:
         raise Hint(
-            f"the keys are the names of forward's parameters: SmallCNN.forward takes `x`, you"
-            f" gave {sorted(map(str, answer))}"
+            tr(
+                (
+                    "the keys are the names of forward's parameters: SmallCNN.forward takes `x`, "
+                    "you gave {sorted_map_str_answer}"
+                ),
+                sorted_map_str_answer=sorted(map(str, answer)),
+            )
         )
     spec = answer["x"]
     if isinstance(spec, (list, tuple)) and all(isinstance(d, int) for d in spec):
         raise Hint(
-            "a list of dimension numbers is the `dynamic_axes` format; in dynamic_shapes a list"
-            " holds one entry per dimension of x (four of them). Map dimension numbers to a"
-            " torch.export.Dim in a dict instead"
+            tr(
+                "a list of dimension numbers is the `dynamic_axes` format; in dynamic_shapes "
+                "a list holds one entry per dimension of x (four of them). Map dimension "
+                "numbers to a torch.export.Dim in a dict instead"
+            )
         )
     if isinstance(spec, dict):
         if 0 not in spec:
             raise Hint(
-                f"x is (B, 1, 8, 8): the batch is dimension 0, your spec makes dimension(s)"
-                f" {sorted(spec)} dynamic"
+                tr(
+                    (
+                        "x is (B, 1, 8, 8): the batch is dimension 0, your spec makes dimension(s) "
+                        "{sorted_spec} dynamic"
+                    ),
+                    sorted_spec=sorted(spec),
+                )
             )
         top = getattr(spec[0], "max", None)
         if isinstance(top, int) and top < 3:
-            raise Hint(f"the Dim declares max={top}: batch 3 is outside the range you declared")
+            raise Hint(
+                tr("the Dim declares max={top}: batch 3 is outside the range you declared", top=top)
+            )
     model = _SmallCNN().eval()
     try:
         m = export_onnx(model, (torch.randn(2, 1, 8, 8),), dynamic_shapes=answer)
     except Exception as err:  # the exporter's refusal is the feedback
-        raise Hint(f"torch.onnx.export refused this spec: {_first_line(err)}") from None
+        raise Hint(
+            tr(
+                "torch.onnx.export refused this spec: {first_line_err}",
+                first_line_err=_first_line(err),
+            )
+        ) from None
     try:
         out = run_ort(m, torch.randn(3, 1, 8, 8))[0]
     except Exception as err:
         raise Hint(
-            f"the file exports but ONNX Runtime refuses batch 3, so dimension 0 is still fixed:"
-            f" {_first_line(err)}"
+            tr(
+                (
+                    "the file exports but ONNX Runtime refuses batch 3, so dimension 0 is still "
+                    "fixed: {first_line_err}"
+                ),
+                first_line_err=_first_line(err),
+            )
         ) from None
     dim0 = m.graph.input[0].type.tensor_type.shape.dim[0]
     name = dim0.dim_param or dim0.dim_value
-    return (
-        f"the file's input x has dimension 0 = {name!r}, a symbolic name, and ONNX Runtime"
-        f" returns {tuple(out.shape)} for batch 3"
+    return tr(
+        (
+            "the file's input x has dimension 0 = {name!r}, a symbolic name, and ONNX "
+            "Runtime returns {tuple_out_shape} for batch 3"
+        ),
+        name=name,
+        tuple_out_shape=tuple(out.shape),
     )
 
 
@@ -115,29 +150,47 @@ def lacking_symbolics(answer: Any) -> str:
     """`answer` is the set of CANDIDATE_OPS with no TorchScript symbolic at any opset."""
     from helpers.onnx_custom import legacy_symbolic_opsets
 
-    chosen = choice_set(answer, CANDIDATE_OPS, "op names", '{"aten::gelu"} (or set())', aten_name)
+    chosen = choice_set(
+        answer, CANDIDATE_OPS, tr("op names"), tr('{{"aten::gelu"}} (or set())'), aten_name
+    )
     opsets = {op: legacy_symbolic_opsets(op) for op in CANDIDATE_OPS}
     truth = {op for op, found in opsets.items() if not found}
     extra = sorted(chosen - truth)
     if extra:
         op = extra[0]
         raise Hint(
-            f"{op} has a symbolic (from opset {opsets[op][0]} on): the TorchScript exporter"
-            f" translates it. Ask `locate_translation({op!r})['torchscript']` (section 6)"
+            tr(
+                (
+                    "{op} has a symbolic (from opset {opsets_op_0} on): the TorchScript exporter "
+                    "translates it. Ask `locate_translation({op!r})['torchscript']` (section 6)"
+                ),
+                op=op,
+                opsets_op_0=opsets[op][0],
+            )
         )
     missing = sorted(truth - chosen)
     if missing:
         raise Hint(
-            f"{len(missing)} more of the six have no symbolic at any opset (asinh, section 6,"
-            " is not the only one): ask `locate_translation(op)['torchscript']` for each op;"
-            " None means the TorchScript exporter has none"
+            tr(
+                (
+                    "{len_missing} more of the six have no symbolic at any opset (asinh, section "
+                    "6, is not the only one): ask `locate_translation(op)['torchscript']` for "
+                    "each op; None means the TorchScript exporter has none"
+                ),
+                len_missing=len(missing),
+            )
         )
     from torch.onnx import _constants
 
     lowest, highest = _constants.ONNX_MIN_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
-    return (
-        f"{sorted(truth)} have no symbolic function in the TorchScript exporter's registry at"
-        f" any opset it accepts ({lowest} to {highest})"
+    return tr(
+        (
+            "{sorted_truth} have no symbolic function in the TorchScript exporter's "
+            "registry at any opset it accepts ({lowest} to {highest})"
+        ),
+        sorted_truth=sorted(truth),
+        lowest=lowest,
+        highest=highest,
     )
 
 
@@ -176,19 +229,33 @@ def branchless(answer: Any) -> str:
     from helpers.onnx_tools import export_onnx, run_ort
 
     if not callable(answer):
-        raise Hint("give a function `branchless(x)` that returns a tensor")
+        raise Hint(tr("give a function `branchless(x)` that returns a tensor"))
     reference = _Branchy()
     for name, x in _cases().items():
         got = answer(x.clone())
         if not isinstance(got, torch.Tensor) or got.shape != x.shape:
-            raise Hint(f"on the {name} input: expected a tensor of shape {tuple(x.shape)}")
+            raise Hint(
+                tr(
+                    "on the {name} input: expected a tensor of shape {tuple_x_shape}",
+                    name=name,
+                    tuple_x_shape=tuple(x.shape),
+                )
+            )
         if not torch.equal(got, reference(x)):
             if name.startswith("mixed"):
                 raise Hint(
-                    f"eager PyTorch already differs from Branchy on the {name} input: Branchy"
-                    " tests x.sum(), one condition for the whole tensor, not each element"
+                    tr(
+                        (
+                            "eager PyTorch already differs from Branchy on the {name} input: "
+                            "Branchy tests x.sum(), one condition for the whole tensor, not each "
+                            "element"
+                        ),
+                        name=name,
+                    )
                 )
-            raise Hint(f"eager PyTorch already differs from Branchy on the {name} input")
+            raise Hint(
+                tr("eager PyTorch already differs from Branchy on the {name} input", name=name)
+            )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TracerWarning of an `if` is the hint below
         m = export_onnx(_Wrap(answer).eval(), (torch.ones(2, 3),), dynamo=False)
@@ -199,11 +266,17 @@ def branchless(answer: Any) -> str:
     ]
     if wrong:
         raise Hint(
-            f"eager is right, but the ONNX file is wrong on the {', '.join(wrong)} input(s): the"
-            " TorchScript exporter kept only the branch the example took (section 5). Compute"
-            " both results and select with torch.where, so the graph holds the condition"
+            tr(
+                (
+                    "eager is right, but the ONNX file is wrong on the {join_wrong} input(s): "
+                    "the TorchScript exporter kept only the branch the example took (section 5). "
+                    "Compute both results and select with torch.where, so the graph holds the "
+                    "condition"
+                ),
+                join_wrong=", ".join(wrong),
+            )
         )
-    return (
-        "ONNX Runtime matches Branchy on all four inputs: the condition and both results are"
-        " graph nodes (a Where), so no branch is frozen at trace time"
+    return tr(
+        "ONNX Runtime matches Branchy on all four inputs: the condition and both "
+        "results are graph nodes (a Where), so no branch is frozen at trace time"
     )

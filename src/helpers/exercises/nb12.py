@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, exercise, tr
 
 #: What exercise 12.1's schema must declare: (name, type) of each argument, and the returns.
 BLEND_ARGS = [("a", "Tensor"), ("b", "Tensor"), ("alpha", "float")]
@@ -42,60 +42,100 @@ def _define(schema_without_namespace: str) -> str:
 def blend_schema(answer: Any) -> str:
     """`answer` is the full schema string of board::blend(a, b, alpha) -> Tensor."""
     if not isinstance(answer, str):
-        raise Hint("give the schema as a string, as str(torch.ops.board.upsample.default._schema)")
+        raise Hint(
+            tr("give the schema as a string, as str(torch.ops.board.upsample.default._schema)")
+        )
     try:
         schema = torch._C.parse_schema(answer)
     except RuntimeError as err:
         if re.search(r"\w+\s*:\s*\w+", answer):
             raise Hint(
-                "that is Python's annotation order (name: type); a schema writes the type first:"
-                " `Tensor input` (section 2's schema)"
+                tr(
+                    "that is Python's annotation order (name: type); a schema writes the type "
+                    "first: `Tensor input` (section 2's schema)"
+                )
             ) from None
         if "->" not in answer:
-            raise Hint("a schema ends with the return type: `... -> Tensor`") from None
-        raise Hint(f"torch._C.parse_schema refused it: {str(err).splitlines()[0]}") from None
+            raise Hint(tr("a schema ends with the return type: `... -> Tensor`")) from None
+        raise Hint(
+            tr(
+                "torch._C.parse_schema refused it: {str_err_splitlines_0}",
+                str_err_splitlines_0=str(err).splitlines()[0],
+            )
+        ) from None
     if schema.overload_name and "::" not in answer:
         raise Hint(
-            f"`{schema.name}.{schema.overload_name}` reads as op {schema.name!r} with overload"
-            f" {schema.overload_name!r}: the namespace separator is `::`"
+            tr(
+                (
+                    "`{schema_name}.{schema_overload_name}` reads as op {schema_name!r} with "
+                    "overload {schema_overload_name!r}: the namespace separator is `::`"
+                ),
+                schema_name=schema.name,
+                schema_overload_name=schema.overload_name,
+            )
         )
     if "::" not in schema.name:
         raise Hint(
-            "m.def inside TORCH_LIBRARY(board, m) may leave the namespace out, but the schema"
-            " torch reports (`._schema`) carries it: `board::...`"
+            tr(
+                "m.def inside TORCH_LIBRARY(board, m) may leave the namespace out, but the "
+                "schema torch reports (`._schema`) carries it: `board::...`"
+            )
         )
     if schema.name != "board::blend":
-        raise Hint(f"the operator is board::blend, not {schema.name}")
+        raise Hint(tr("the operator is board::blend, not {schema_name}", schema_name=schema.name))
     refusal = _define(answer.split("::", 1)[1])
     if "double" in refusal or re.search(r"\bdouble\b", answer):
         raise Hint(
-            "torch.library refuses `double` when it defines the op: schema types are"
-            f" TorchScript's, and a C++ double is `float` there (torch says: {refusal})"
+            tr(
+                (
+                    "torch.library refuses `double` when it defines the op: schema types are "
+                    "TorchScript's, and a C++ double is `float` there (torch says: {refusal})"
+                ),
+                refusal=refusal,
+            )
         )
     if refusal:
-        raise Hint(f"torch.library refused to define it: {refusal}")
+        raise Hint(tr("torch.library refused to define it: {refusal}", refusal=refusal))
     args = [(a.name, str(a.type)) for a in schema.arguments]
     returns = [str(r.type) for r in schema.returns]
     if any(a.alias_info is not None for a in schema.arguments):
         raise Hint(
-            "drop the alias annotations (`(a!)`, `(a)`): blend reads its inputs and returns a"
-            " new tensor"
+            tr(
+                "drop the alias annotations (`(a!)`, `(a)`): blend reads its inputs and "
+                "returns a new tensor"
+            )
         )
     if [t for _, t in args] != [t for _, t in BLEND_ARGS]:
         types = [t for _, t in args]
         if len(types) == 3 and types[2] == "int":
-            raise Hint("alpha is a fractional weight: `int` would take only whole numbers")
-        raise Hint(f"the argument types are {types}; blend takes two tensors and one float")
+            raise Hint(tr("alpha is a fractional weight: `int` would take only whole numbers"))
+        raise Hint(
+            tr("the argument types are {types}; blend takes two tensors and one float", types=types)
+        )
     if args != BLEND_ARGS:
         raise Hint(
-            f"name the arguments a, b and alpha, as asked (you wrote {[n for n, _ in args]}):"
-            " the names become Python keywords, torch.ops.board.blend(a=..., b=..., alpha=...)"
+            tr(
+                (
+                    "name the arguments a, b and alpha, as asked (you wrote "
+                    "{n_for_n___in_args}): the names become Python keywords, "
+                    "torch.ops.board.blend(a=..., b=..., alpha=...)"
+                ),
+                n_for_n___in_args=[n for n, _ in args],
+            )
         )
     if returns != BLEND_RETURNS:
-        raise Hint(f"blend returns one tensor: `-> Tensor` (you declared {returns or 'none'})")
-    return (
-        f"torch parses it as {schema} and the dispatcher accepts it; `float` is the schema"
-        " type of a C++ double"
+        raise Hint(
+            tr(
+                "blend returns one tensor: `-> Tensor` (you declared {returns_or_none})",
+                returns_or_none=returns or "none",
+            )
+        )
+    return tr(
+        (
+            "torch parses it as {schema} and the dispatcher accepts it; `float` is the "
+            "schema type of a C++ double"
+        ),
+        schema=schema,
     )
 
 
@@ -118,37 +158,60 @@ def upsample_backward_fake(answer: Any) -> str:
     from helpers.board_op import reference_upsample
 
     if not callable(answer):
-        raise Hint("give a function upsample_backward_fake(grad_output, in_h, in_w, scale, mode)")
+        raise Hint(
+            tr("give a function upsample_backward_fake(grad_output, in_h, in_w, scale, mode)")
+        )
     for shape, dtype, scale, mode in _FAKE_CASES:
         out_shape = reference_upsample(np.zeros(shape, dtype=np.float32), scale, mode).shape
         n, c, in_h, in_w = shape
         with FakeTensorMode():
             out = answer(torch.empty(out_shape, dtype=dtype), in_h, in_w, scale, mode)
         if not isinstance(out, torch.Tensor):
-            raise Hint(f"return a tensor (got {type(out).__name__})")
+            raise Hint(
+                tr("return a tensor (got {type_out___name})", type_out___name=type(out).__name__)
+            )
         got = tuple(out.shape)
         if got != shape:
             if got == tuple(out_shape):
                 raise Hint(
-                    "that is grad_output's shape, the upsampled one; the backward returns the"
-                    " gradient of the forward's input: (N, C, in_h, in_w)"
+                    tr(
+                        "that is grad_output's shape, the upsampled one; the backward returns the "
+                        "gradient of the forward's input: (N, C, in_h, in_w)"
+                    )
                 )
             if got == (in_h, in_w):
-                raise Hint("keep N and C: the gradient is 4-D like the forward's input")
+                raise Hint(tr("keep N and C: the gradient is 4-D like the forward's input"))
             raise Hint(
-                f"for grad_output {tuple(out_shape)}, in_h={in_h}, in_w={in_w}: expected shape"
-                f" {shape}, got {got}"
+                tr(
+                    (
+                        "for grad_output {tuple_out_shape}, in_h={in_h}, in_w={in_w}: expected "
+                        "shape {shape}, got {got}"
+                    ),
+                    tuple_out_shape=tuple(out_shape),
+                    in_h=in_h,
+                    in_w=in_w,
+                    shape=shape,
+                    got=got,
+                )
             )
         if out.dtype != dtype:
             raise Hint(
-                f"for a {dtype} grad_output your gradient is {out.dtype}: it keeps grad_output's"
-                " dtype (grad_output.new_empty keeps it)"
+                tr(
+                    (
+                        "for a {dtype} grad_output your gradient is {out_dtype}: it keeps "
+                        "grad_output's dtype (grad_output.new_empty keeps it)"
+                    ),
+                    dtype=dtype,
+                    out_dtype=out.dtype,
+                )
             )
         if not isinstance(out, FakeTensor):
-            raise Hint("return a tensor made inside the fake mode, from grad_output (new_empty)")
-    return (
-        "under FakeTensorMode it returns (N, C, in_h, in_w) in grad_output's dtype, with no"
-        " data: what tracing a backward through the C++ kernel needs"
+            raise Hint(
+                tr("return a tensor made inside the fake mode, from grad_output (new_empty)")
+            )
+    return tr(
+        "under FakeTensorMode it returns (N, C, in_h, in_w) in grad_output's dtype, "
+        "with no data: what tracing a backward through the C++ kernel needs"
     )
 
 
@@ -173,7 +236,7 @@ def moved_pixels(answer: Any) -> str:
     from helpers.board_op import interpolation_matrix
 
     if isinstance(answer, (int, str)) or not isinstance(answer, (list, tuple, set)):
-        raise Hint("give a list of output pixel indices, e.g. [0, 8]")
+        raise Hint(tr("give a list of output pixel indices, e.g. [0, 8]"))
     chosen = sorted(int(d) for d in answer)
     board = interpolation_matrix(3, 9, "nearest").argmax(axis=1).tolist()
     ceil, floor = _resize_columns("round_prefer_ceil"), _resize_columns("round_prefer_floor")
@@ -181,24 +244,37 @@ def moved_pixels(answer: Any) -> str:
     truth = [d for d in range(9) if floor[d] != board[d]]
     if chosen == truth:
         coords = ", ".join(f"{d} * 2 / 8 = {d / 4:g}" for d in truth)
-        return (
-            f"output pixels {truth} sit exactly halfway between two input pixels ({coords}):"
-            f" the board rounds them up, round_prefer_floor down ({board} vs {floor})"
+        return tr(
+            (
+                "output pixels {truth} sit exactly halfway between two input pixels "
+                "({coords}): the board rounds them up, round_prefer_floor down ({board} vs "
+                "{floor})"
+            ),
+            truth=truth,
+            coords=coords,
+            board=board,
+            floor=floor,
         )
     torch_nearest = [d * 3 // 9 for d in range(9)]
     if chosen == [d for d in range(9) if torch_nearest[d] != board[d]]:
         raise Hint(
-            "that is where the board differs from PyTorch's nearest (section 1); compare the"
-            " board with a Resize that rounds ties down instead"
+            tr(
+                "that is where the board differs from PyTorch's nearest (section 1); compare "
+                "the board with a Resize that rounds ties down instead"
+            )
         )
     if not chosen:
         raise Hint(
-            "some pixels do move: look for output pixels d whose coordinate d * (3 - 1) / (9 - 1)"
-            " lies exactly halfway between two input pixels"
+            tr(
+                "some pixels do move: look for output pixels d whose coordinate d * (3 - 1) "
+                "/ (9 - 1) lies exactly halfway between two input pixels"
+            )
         )
     if any(not 0 <= d < 9 for d in chosen):
-        raise Hint("output pixels are numbered 0 to 8")
+        raise Hint(tr("output pixels are numbered 0 to 8"))
     raise Hint(
-        "only ties change: the output pixels whose coordinate d * 2 / 8 ends in .5; list each"
-        " of them, numbered from 0"
+        tr(
+            "only ties change: the output pixels whose coordinate d * 2 / 8 ends in .5; "
+            "list each of them, numbered from 0"
+        )
     )

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from helpers import sharded
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, exercise, tr
 from helpers.source import source_view
 
 SCHEMES = ("ddp", "zero1", "zero2", "fsdp2")
@@ -44,7 +44,12 @@ def bytes_per_rank(numel: int = BIG_NUMEL, world_size: int = BIG_RANKS) -> dict[
 @exercise("13.1", "Bytes per rank for a 7-billion-parameter model on 8 ranks")
 def big_model_bytes(answer: Any) -> str:
     if not isinstance(answer, dict) or set(answer) != set(SCHEMES):
-        raise Hint(f"give a dict with the keys {list(SCHEMES)}: total bytes per rank each")
+        raise Hint(
+            tr(
+                "give a dict with the keys {list_schemes}: total bytes per rank each",
+                list_schemes=list(SCHEMES),
+            )
+        )
     truth = bytes_per_rank()
     n, p = BIG_RANKS, BIG_NUMEL
     for s in SCHEMES:
@@ -53,26 +58,45 @@ def big_model_bytes(answer: Any) -> str:
             continue
         for unit, size, text in (("GB", 1e9, "1e9"), ("GiB", 2**30, "2**30")):
             if _close_enough(a, truth[s] / size):  # a rounded figure in GB or GiB
-                raise Hint(f"answer in bytes, not GB: {s} = {a} {unit} is {a} x {text} bytes")
+                raise Hint(
+                    tr(
+                        "answer in bytes, not GB: {s} = {a} {unit} is {a} x {text} bytes",
+                        s=s,
+                        a=a,
+                        unit=unit,
+                        text=text,
+                    )
+                )
         if s == "ddp" and _close(a, truth[s] / n):
-            raise Hint("DDP does not shard: every rank holds all 16 bytes per parameter")
+            raise Hint(tr("DDP does not shard: every rank holds all 16 bytes per parameter"))
         if s == "fsdp2" and _close(a, 16 * p):
-            raise Hint("FSDP2 shards parameters, gradients and optimizer state: all of it / N")
+            raise Hint(tr("FSDP2 shards parameters, gradients and optimizer state: all of it / N"))
         if s in ("zero1", "zero2") and _close(a, truth[s] - 4 * p / n):
             raise Hint(
-                f"{s}: ZeRO's optimizer keeps 12 bytes per owned element (its fp32 copy of the "
-                "shard plus exp_avg and exp_avg_sq), not 8: read `memory_formula`"
+                tr(
+                    (
+                        "{s}: ZeRO's optimizer keeps 12 bytes per owned element (its fp32 copy of "
+                        "the shard plus exp_avg and exp_avg_sq), not 8: read `memory_formula`"
+                    ),
+                    s=s,
+                )
             )
         if s == "zero1" and _close(a, truth["zero2"]):
-            raise Hint("zero1 shards only the optimizer state; the gradients stay full")
+            raise Hint(tr("zero1 shards only the optimizer state; the gradients stay full"))
         if s == "zero2" and _close(a, truth["zero1"]):
-            raise Hint("zero2 shards the gradients too: 4 bytes x padded / N")
-        raise Hint(f"{s} is off: add params, grads and optimizer of `memory_formula(..., {s!r})`")
+            raise Hint(tr("zero2 shards the gradients too: 4 bytes x padded / N"))
+        raise Hint(
+            tr("{s} is off: add params, grads and optimizer of `memory_formula(..., {s!r})`", s=s)
+        )
     gb = {s: f"{v / 1e9:.1f}" for s, v in truth.items()}
     fits = [s for s in SCHEMES if truth[s] <= 80e9]
-    return (
-        f"GB per rank {gb}: only {fits} fit in an 80 GB GPU before a single activation; "
-        f"DDP needs 16 B x 7e9 = 112 GB on every rank."
+    return tr(
+        (
+            "GB per rank {gb}: only {fits} fit in an 80 GB GPU before a single "
+            "activation; DDP needs 16 B x 7e9 = 112 GB on every rank."
+        ),
+        gb=gb,
+        fits=fits,
     )
 
 
@@ -90,36 +114,59 @@ def shard_shapes(answer: Any) -> str:
     if not isinstance(answer, (list, tuple)) or not all(
         isinstance(s, (tuple, list)) for s in answer
     ):
-        raise Hint("give a list of shapes, one tuple per rank, e.g. [(r0, c0), (r1, c1), ...]")
+        raise Hint(tr("give a list of shapes, one tuple per rank, e.g. [(r0, c0), (r1, c1), ...]"))
     shapes = [tuple(s) for s in answer]
     truth = fsdp2_local_shapes()
     rows, cols = SHARD_SHAPE
     if len(shapes) != SHARD_RANKS:
         raise Hint(
-            f"one shape per rank ({SHARD_RANKS}): a rank whose chunk is empty still gets a "
-            "shard, with 0 rows (`_chunk_with_empty`)"
+            tr(
+                (
+                    "one shape per rank ({shard_ranks}): a rank whose chunk is empty still gets "
+                    "a shard, with 0 rows (`_chunk_with_empty`)"
+                ),
+                shard_ranks=SHARD_RANKS,
+            )
         )
     if shapes == truth:
-        return (
-            f"{truth}: torch.chunk cuts {rows} rows into chunks of ceil({rows}/{SHARD_RANKS}) = "
-            f"{truth[0][0]}, which makes only {rows // truth[0][0]} chunks; the last rank gets "
-            "an empty one, padded to the first chunk's size for the all-gather."
+        return tr(
+            (
+                "{truth}: torch.chunk cuts {rows} rows into chunks of "
+                "ceil({rows}/{shard_ranks}) = {truth_0_0}, which makes only {rows_truth_0_0} "
+                "chunks; the last rank gets an empty one, padded to the first chunk's size "
+                "for the all-gather."
+            ),
+            truth=truth,
+            rows=rows,
+            shard_ranks=SHARD_RANKS,
+            truth_0_0=truth[0][0],
+            rows_truth_0_0=rows // truth[0][0],
         )
     if any(s[1:] != (cols,) for s in shapes):
-        raise Hint(f"Shard(dim=0) cuts rows: every shard keeps all {cols} columns")
+        raise Hint(tr("Shard(dim=0) cuts rows: every shard keeps all {cols} columns", cols=cols))
     if sorted(s[0] for s in shapes) == sorted(t.shape[0] for t in torch.empty(rows).tensor_split(
         SHARD_RANKS
     )):  # fmt: skip
         raise Hint(
-            "that is an even split (torch.tensor_split); FSDP2 uses torch.chunk: chunks of "
-            "ceil(rows / N), so the last rank may get fewer rows, even none"
+            tr(
+                "that is an even split (torch.tensor_split); FSDP2 uses torch.chunk: chunks "
+                "of ceil(rows / N), so the last rank may get fewer rows, even none"
+            )
         )
     if all(s[0] == truth[0][0] for s in shapes):
         raise Hint(
-            "every rank stores the padded size for the all-gather, but its local shard is "
-            "unpadded: how many rows are left for the last rank?"
+            tr(
+                "every rank stores the padded size for the all-gather, but its local shard "
+                "is unpadded: how many rows are left for the last rank?"
+            )
         )
-    raise Hint(f"the rows must add up to {rows}, in chunks of ceil({rows}/{SHARD_RANKS})")
+    raise Hint(
+        tr(
+            "the rows must add up to {rows}, in chunks of ceil({rows}/{shard_ranks})",
+            rows=rows,
+            shard_ranks=SHARD_RANKS,
+        )
+    )
 
 
 def post_backward_hook_api() -> str:
@@ -132,25 +179,35 @@ def post_backward_hook_api() -> str:
 @exercise("13.3", "What moves ZeRO-2's reduce-scatter into backward")
 def hook_api(answer: Any) -> str:
     if not isinstance(answer, str):
-        raise Hint("give a name as a string, e.g. 'some_method'")
+        raise Hint(tr("give a name as a string, e.g. 'some_method'"))
     name = answer.strip().split(".")[-1].rstrip("()")
     truth = post_backward_hook_api()
     if name == truth:
-        return (
-            f"`Tensor.{truth}`: its hook runs after backward has accumulated the parameter's "
-            ".grad, so `_reduce` can reduce-scatter it at once and stage 2 may drop the full "
-            "gradient (nothing later in backward reads it)."
+        return tr(
+            (
+                "`Tensor.{truth}`: its hook runs after backward has accumulated the "
+                "parameter's .grad, so `_reduce` can reduce-scatter it at once and stage 2 "
+                "may drop the full gradient (nothing later in backward reads it)."
+            ),
+            truth=truth,
         )
     if name == "register_hook":
         raise Hint(
-            "`Tensor.register_hook` fires when the gradient w.r.t. the tensor is computed, "
-            "before it is accumulated into .grad: look at `ZeroAdamW.__init__` for the other one"
+            tr(
+                "`Tensor.register_hook` fires when the gradient w.r.t. the tensor is "
+                "computed, before it is accumulated into .grad: look at `ZeroAdamW.__init__` "
+                "for the other one"
+            )
         )
     if name == "_reduce":
-        raise Hint("`_reduce` is what runs; which Tensor method registers it to run in backward?")
+        raise Hint(
+            tr("`_reduce` is what runs; which Tensor method registers it to run in backward?")
+        )
     if name in ("reduce_scatter_single", "reduce_scatter_tensor", "reduce_scatter"):
-        raise Hint("that is the collective itself; the question is what makes it run in backward")
-    raise Hint("read `show_source(sharded.ZeroAdamW.__init__)`: the `if stage == 2:` branch")
+        raise Hint(
+            tr("that is the collective itself; the question is what makes it run in backward")
+        )
+    raise Hint(tr("read `show_source(sharded.ZeroAdamW.__init__)`: the `if stage == 2:` branch"))
 
 
 def zero2_grad_bytes(world_size: int = GRAD_RANKS) -> float:
@@ -164,22 +221,30 @@ def zero2_grad_bytes(world_size: int = GRAD_RANKS) -> float:
 @exercise("13.4", "ZeRO-2's gradient bytes per rank at N = 8, padding included")
 def zero2_grads(answer: Any) -> str:
     if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        raise Hint("give a number of bytes")
+        raise Hint(tr("give a number of bytes"))
     truth = zero2_grad_bytes()
     numel = sum(p.numel() for p in sharded.make_model().parameters())
     if answer == truth:
         padded = int(truth * GRAD_RANKS / 4)
-        return (
-            f"{truth:.0f} B: each parameter padded to a multiple of {GRAD_RANKS} "
-            f"({numel} -> {padded} elements), 4 bytes x {padded} / {GRAD_RANKS}."
+        return tr(
+            (
+                "{truth:.0f} B: each parameter padded to a multiple of {grad_ranks} ({numel} "
+                "-> {padded} elements), 4 bytes x {padded} / {grad_ranks}."
+            ),
+            truth=truth,
+            grad_ranks=GRAD_RANKS,
+            numel=numel,
+            padded=padded,
         )
     if answer == 4 * numel / GRAD_RANKS:
         raise Hint(
-            "padding: each parameter is padded separately to a multiple of N before it is cut "
-            "into N equal shards (`padded_numel`, section 2)"
+            tr(
+                "padding: each parameter is padded separately to a multiple of N before it "
+                "is cut into N equal shards (`padded_numel`, section 2)"
+            )
         )
     if answer == 4 * numel:
-        raise Hint("that is DDP's and ZeRO-1's full gradient; ZeRO-2 keeps only its shard")
+        raise Hint(tr("that is DDP's and ZeRO-1's full gradient; ZeRO-2 keeps only its shard"))
     if answer == 4 * sharded.padded_numel(numel, GRAD_RANKS) / GRAD_RANKS:
-        raise Hint("ZeroAdamW pads every parameter on its own, not the whole model at once")
-    raise Hint("4 bytes x (the sum over parameters of padded_numel(numel, 8)) / 8")
+        raise Hint(tr("ZeroAdamW pads every parameter on its own, not the whole model at once"))
+    raise Hint(tr("4 bytes x (the sum over parameters of padded_numel(numel, 8)) / 8"))

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from helpers import tensor_parallel as tp
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, exercise, tr
 
 ROW_B, ROW_S, ROW_H, ROW_N, ROW_BYTES = 4, 2048, 4096, 8, 2  # 15.2
 GPT_S, GPT_B, GPT_H, GPT_A, GPT_T = 2048, 1, 12288, 96, 8  # 15.3
@@ -24,7 +24,9 @@ def sp_grad_placements() -> dict[str, str]:
     import torch.distributed as dist
 
     if dist.is_initialized():
-        raise Hint("this judge runs 2 ranks in this process: check in a process without a group")
+        raise Hint(
+            tr("this judge runs 2 ranks in this process: check in a process without a group")
+        )
     found = tp.local_tensor_grad_placements(2)
     return {k: v[1:-2] if v.startswith("(") and v.endswith(",)") else v for k, v in found.items()}
 
@@ -41,7 +43,7 @@ def _norm(a: Any) -> str:
 @exercise("15.1", "Gradient placements under SequenceParallel")
 def placements(answer: Any) -> str:
     if not isinstance(answer, dict) or set(answer) != {"fc2.bias", "ln.weight"}:
-        raise Hint('give a dict {"fc2.bias": ..., "ln.weight": ...} of placement names')
+        raise Hint(tr('give a dict {{"fc2.bias": ..., "ln.weight": ...}} of placement names'))
     truth = {k: sp_grad_placements()[k] for k in ("fc2.bias", "ln.weight")}
     for k in ("fc2.bias", "ln.weight"):
         got, want = _norm(answer[k]), _norm(truth[k])
@@ -49,20 +51,32 @@ def placements(answer: Any) -> str:
             continue
         if k == "ln.weight" and got.startswith("Replicate"):
             raise Hint(
-                "ln.weight: each rank's LayerNorm saw only its chunk of the sequence, so its "
-                "gradient is one term of a sum that nobody has taken yet"
+                tr(
+                    "ln.weight: each rank's LayerNorm saw only its chunk of the sequence, so its "
+                    "gradient is one term of a sum that nobody has taken yet"
+                )
             )
         if k == "ln.weight" and got.startswith("Shard"):
-            raise Hint("ln.weight is not cut: its parameter is Replicate(); think of its gradient")
+            raise Hint(
+                tr("ln.weight is not cut: its parameter is Replicate(); think of its gradient")
+            )
         if k == "fc2.bias" and got.startswith("Partial"):
             raise Hint(
-                "fc2.bias: RowwiseParallel's reduce-scatter is all-gather in backward, so every "
-                "rank sees the whole output gradient before the bias gradient is summed"
+                tr(
+                    "fc2.bias: RowwiseParallel's reduce-scatter is all-gather in backward, so "
+                    "every rank sees the whole output gradient before the bias gradient is summed"
+                )
             )
-        raise Hint(f"{k} is off: the section 7 output lists (param, grad) placements per name")
-    return (
-        f"{truth}: the LayerNorm works on a sequence chunk, so its gradient is Partial (summed "
-        "in the optimizer step); the bias sees the all-gathered gradient and is replicated."
+        raise Hint(
+            tr("{k} is off: the section 7 output lists (param, grad) placements per name", k=k)
+        )
+    return tr(
+        (
+            "{truth}: the LayerNorm works on a sequence chunk, so its gradient is "
+            "Partial (summed in the optimizer step); the bias sees the all-gathered "
+            "gradient and is replicated."
+        ),
+        truth=truth,
     )
 
 
@@ -81,29 +95,33 @@ def _close(a: Any, b: float) -> bool:
 @exercise("15.2", "Bytes a row-parallel layer sends")
 def row_bytes(answer: Any) -> str:
     if not _num(answer):
-        raise Hint("give a number of bytes")
+        raise Hint(tr("give a number of bytes"))
     truth = row_parallel_bytes()
     message = ROW_B * ROW_S * ROW_H * ROW_BYTES
     if _close(answer, truth):
-        return (
-            f"{truth:.0f} B: the message is b·s·h·2 = {message} B and a ring all-reduce sends "
-            f"2(N-1)/N of it from every rank, almost twice the message."
+        return tr(
+            (
+                "{truth:.0f} B: the message is b·s·h·2 = {message} B and a ring all-reduce "
+                "sends 2(N-1)/N of it from every rank, almost twice the message."
+            ),
+            truth=truth,
+            message=message,
         )
     if _close(answer, message):
-        raise Hint("that is the message itself; a ring all-reduce sends 2(N-1)/N of it")
+        raise Hint(tr("that is the message itself; a ring all-reduce sends 2(N-1)/N of it"))
     if _close(answer, truth / 2):
-        raise Hint("that is a reduce-scatter or an all-gather; an all-reduce is both: 2(N-1)/N")
+        raise Hint(tr("that is a reduce-scatter or an all-gather; an all-reduce is both: 2(N-1)/N"))
     if _close(answer, 2 * truth):
-        raise Hint("bfloat16 is 2 bytes per value, not 4")
+        raise Hint(tr("bfloat16 is 2 bytes per value, not 4"))
     if _close(answer, message / ROW_N):
-        raise Hint("the all-reduce moves the whole output, not a 1/N shard of it")
-    raise Hint("message = b·s·h·2 bytes, then `tp.ring_bytes('all_reduce', message, 8)`")
+        raise Hint(tr("the all-reduce moves the whole output, not a 1/N shard of it"))
+    raise Hint(tr("message = b·s·h·2 bytes, then `tp.ring_bytes('all_reduce', message, 8)`"))
 
 
 @exercise("15.3", "Activation memory of a GPT-3-sized layer")
 def gpt_memory(answer: Any) -> str:
     if not isinstance(answer, dict) or set(answer) != {"tp", "sp"}:
-        raise Hint('give a dict {"tp": ..., "sp": ...} of bytes per layer per rank')
+        raise Hint(tr('give a dict {{"tp": ..., "sp": ...}} of bytes per layer per rank'))
     args = (GPT_S, GPT_B, GPT_H, GPT_A, GPT_T)
     truth = {"tp": tp.korthikanti_bytes(*args), "sp": tp.korthikanti_bytes(*args, sequence=True)}
     sbh = GPT_S * GPT_B * GPT_H
@@ -113,16 +131,20 @@ def gpt_memory(answer: Any) -> str:
         if _close(a, truth[k]):
             continue
         if not _num(a):
-            raise Hint(f"{k}: give a number of bytes")
+            raise Hint(tr("{k}: give a number of bytes", k=k))
         if _close(a, one):
-            raise Hint(f"{k}: that is one process; divide by t where the formula says so")
+            raise Hint(tr("{k}: that is one process; divide by t where the formula says so", k=k))
         if k == "tp" and _close(a, truth["sp"]):
-            raise Hint("tp: without sequence parallelism 10·s·b·h stay on every rank")
+            raise Hint(tr("tp: without sequence parallelism 10·s·b·h stay on every rank"))
         if k == "sp" and _close(a, truth["tp"]):
-            raise Hint("sp: sequence parallelism shards the 10·s·b·h part too: 34/t")
+            raise Hint(tr("sp: sequence parallelism shards the 10·s·b·h part too: 34/t"))
         if _close(a, truth[k] - 5 * GPT_A * GPT_S * sbh / GPT_H / GPT_T):
-            raise Hint(f"{k}: the attention scores term 5·a·s/(h·t) is missing")
-        raise Hint(f"{k} is off: s·b·h·(... ) with the formulas of section 5")
+            raise Hint(tr("{k}: the attention scores term 5·a·s/(h·t) is missing", k=k))
+        raise Hint(tr("{k} is off: s·b·h·(... ) with the formulas of section 5", k=k))
     gib = {k: f"{v / 2**30:.2f} GiB" for k, v in truth.items()}
     saved = 96 * (truth["tp"] - truth["sp"]) / 2**30
-    return f"{gib} per layer: over 96 layers sequence parallelism saves {saved:.0f} GiB per rank."
+    return tr(
+        ("{gib} per layer: over 96 layers sequence parallelism saves {saved:.0f} GiB per rank."),
+        gib=gib,
+        saved=saved,
+    )
