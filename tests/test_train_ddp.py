@@ -505,19 +505,64 @@ def test_killing_the_caller_kills_torchrun_and_every_worker(tmp_path: Path) -> N
         parent.stdout.close()
 
 
-def test_stop_and_timeout_end_every_worker(tmp_path: Path) -> None:
-    script = tmp_path / "sleeper.py"
-    script.write_text(SLEEPER)
+HANGER = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from pathlib import Path
+
+    def spin_in_python():
+        while True:
+            time.sleep(0.05)
+
+    rank, folder = int(os.environ["RANK"]), Path(sys.argv[1])
+    if rank == 1:  # never joins: no torch import (it costs seconds of CPU), straight to the loop
+        Path(folder, "worker1.pid").write_text(str(os.getpid()))
+        spin_in_python()
+    import torch.distributed as dist
+
+    for new_session in (False, True):  # grandchildren: in this worker's group, in a new session
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                 start_new_session=new_session)
+        Path(folder, "child%d.pid" % new_session).write_text(str(child.pid))
+    Path(folder, "worker0.pid").write_text(str(os.getpid()))
+    dist.init_process_group("gloo")  # waits, inside C++ (the store), for rank 1
+    """
+)
+
+
+def test_a_timeout_dumps_every_stack_and_leaves_no_process(tmp_path: Path) -> None:
+    """A hung run (rank 1 spins in Python, rank 0 waits for it in init_process_group): the
+    TorchrunTimeout holds each worker's and the agent's Python stack, and no process of the tree
+    (torchrun, its workers, their children in either process group) is left."""
+    script = tmp_path / "hanger.py"
+    script.write_text(HANGER)
     proc = start_torchrun([str(script), str(tmp_path)], nproc_per_node=2, env=LOOPBACK)
-    pids = _worker_pids(tmp_path)
+    pids = _worker_pids(tmp_path, timeout_s=300)  # both a few bytecodes from their wait
+    children = [int((tmp_path / f"child{i}.pid").read_text()) for i in (0, 1)]
     try:
+        # the few bytecodes from the pid file into the loop / the store wait take far less than 5 s
         with pytest.raises(TorchrunTimeout, match="workers were stopped") as info:
-            proc.wait(timeout_s=0.5)
+            proc.wait(timeout_s=5)
+        text = str(info.value)
+        rank0, rank1 = (f"--- rank {r} (local rank {r}, pid {pids[r]}) ---" for r in (0, 1))
+        agent = f"--- torchrun's agent (pid {proc.pid}) ---"
+        assert rank0 in text and rank1 in text and agent in text, (
+            f"expected a stack section per worker and one for the agent, found:\n{text}"
+        )
+        part0 = text.split(rank0)[1].split(rank1)[0]
+        part1 = text.split(rank1)[1].split(agent)[0]
+        part_agent = text.split(agent)[1]
+        assert "in init_process_group" in part0 and "in spin_in_python" in part1, (
+            f"expected rank 0 in init_process_group, rank 1 in spin_in_python, found:\n{text}"
+        )
+        assert "torch/distributed/elastic" in part_agent, f"agent: expected its stack:\n{text}"
         assert info.value.result.returncode != 0
         assert not proc.log_path.exists()  # its temporary log was read, then removed
-        assert wait_gone([proc.pid, *pids]) == []
+        assert wait_gone([proc.pid, *pids, *children], timeout_s=1) == [], (
+            "expected torchrun, both workers and both grandchildren gone after the timeout"
+        )
     finally:
-        _kill_all(pids)
+        _kill_all([*pids, *children])
 
 
 def test_command_keeps_rendezvous_on_loopback() -> None:

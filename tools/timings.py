@@ -1,17 +1,21 @@
 """Wall and CPU time per test file and per notebook (`make timings`).
 
-As a pytest plugin (`pytest -p tools.timings --timings-out=DIR ...`) it measures every test item
-from its setup to its teardown (so module fixtures, nbval's kernel start and shutdown and the
-servers a test starts count for the file that uses them) and writes one JSON file per pytest
-process into DIR (one per xdist worker). CPU time is user + system of the pytest process itself
-plus every child process it has waited for (`resource.getrusage(RUSAGE_CHILDREN)`: kernels,
-spawned ranks, torchrun and its workers, Chromium, JupyterLab, compilers), which is what the
-machine spent on the file, whatever it was waiting on. A descendant that is orphaned and never
-waited for by anyone in the tree is not counted (none of ours is: each launcher waits for its
-children).
+As a pytest plugin (`pytest -p tools.timings --timings-out=DIR ...`) it measures every test file
+from the setup of its first item to the teardown of its last (so module fixtures, nbval's kernel
+start and shutdown and the servers a test starts count for the file that uses them) and writes
+one JSON file per pytest process into DIR (one per xdist worker). CPU time is user + system of
+the whole process tree: the pytest process itself, every child it has waited for
+(`resource.getrusage(RUSAGE_CHILDREN)`), and every descendant still alive (or not yet reaped)
+when the file starts and ends, read from /proc/<pid>/stat with the children each of them waited
+for. So a process that outlives the file (the session's Chromium, a kernel shut down later)
+counts for the files during which it ran, not for the one that happens to reap it. A
+descendant that is orphaned (re-parented outside the tree) before anyone waits for it is lost
+(none of ours is: each launcher waits for its children). Off Linux, the live part is 0.
 
-As a script (`python tools/timings.py DIR [--label TEXT]`) it merges those files into a Markdown
-table: per file, wall seconds, CPU seconds, CPU/wall, and the worker that ran it.
+As a script (`python tools/timings.py DIR [--label TEXT] [--items N]`) it merges those files into
+a Markdown table: per file, wall seconds, CPU seconds, CPU/wall, and the worker that ran it;
+`--items N` adds the N tests that used the most CPU (per test only the process itself and the
+children it waited for count: a fixture's server shows up in its file's figure, not here).
 """
 
 from __future__ import annotations
@@ -27,12 +31,54 @@ from pathlib import Path
 
 import pytest
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-def _cpu_seconds() -> float:
-    """User + system CPU of this process and of every child it has waited for."""
+
+def _live_descendants_cpu(root: int) -> float:
+    """CPU seconds of every live (or zombie) descendant of `root`, with the children each has
+    waited for (utime + stime + cutime + cstime of /proc/<pid>/stat); 0.0 without /proc."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(name)
+        parents[pid] = int(fields[1])  # fields after the name: state, ppid, ...
+        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, ppid in parents.items():
+        children[ppid].append(pid)
+    total, todo = 0, list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        total += ticks[pid]
+        todo.extend(children.get(pid, ()))
+    return total / _TICK
+
+
+def _waited_cpu_seconds() -> float:
+    """User + system CPU of this process and of every child it has waited for (cheap)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU of this process, of every child it has waited for, and of every
+    descendant still running (see the module docstring)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    waited = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return waited + _live_descendants_cpu(os.getpid())
 
 
 # --- pytest plugin -------------------------------------------------------------------------------
@@ -53,16 +99,30 @@ class _Recorder:
             lambda: {"wall": 0.0, "cpu": 0.0, "items": 0, "failed": 0, "worker": worker}
         )
         self.started_wall, self.started_cpu = time.perf_counter(), _cpu_seconds()
+        self.current: str | None = None  # the file whose items are running
+        self.items: dict[str, list[float]] = {}  # nodeid: [wall s, CPU s]
+        self.file_wall = self.file_cpu = 0.0
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        wall, cpu = time.perf_counter(), _cpu_seconds()
+        path = item.nodeid.split("::")[0]
+        if self.current != path:  # the file's first item (a worker runs each file whole)
+            self.current = path
+            self.file_wall, self.file_cpu = time.perf_counter(), _cpu_seconds()
+        item_wall, item_cpu = time.perf_counter(), _waited_cpu_seconds()
         yield
-        entry = self.files[item.nodeid.split("::")[0]]
-        entry["wall"] += time.perf_counter() - wall
-        entry["cpu"] += _cpu_seconds() - cpu
+        entry = self.files[path]
         entry["items"] += 1
-        if nextitem is None or nextitem.nodeid.split("::")[0] != item.nodeid.split("::")[0]:
+        # per test: the children it waited for itself (a torchrun run, a subprocess), not
+        # what a process still running (a fixture's server) will spend later
+        self.items[item.nodeid] = [
+            round(time.perf_counter() - item_wall, 2),
+            round(_waited_cpu_seconds() - item_cpu, 2),
+        ]
+        if nextitem is None or nextitem.nodeid.split("::")[0] != path:  # its last item
+            entry["wall"] += time.perf_counter() - self.file_wall
+            entry["cpu"] += _cpu_seconds() - self.file_cpu
+            self.current = None
             self.write()  # after each file: an interrupted run still leaves its table
 
     def pytest_runtest_logreport(self, report) -> None:
@@ -79,6 +139,7 @@ class _Recorder:
             "wall": time.perf_counter() - self.started_wall,
             "cpu": _cpu_seconds() - self.started_cpu,
             "files": dict(self.files),
+            "items": self.items,
         }
         (self.out / f"{self.worker}-{os.getpid()}.json").write_text(json.dumps(record, indent=1))
 
@@ -142,6 +203,17 @@ def table(folder: Path, label: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def item_table(folder: Path, n: int) -> str:
+    """The `n` tests that used the most CPU (their own and their waited-for children's)."""
+    items: dict[str, list[float]] = {}
+    for p in sorted(folder.glob("*.json")):
+        items.update(json.loads(p.read_text()).get("items", {}))
+    top = sorted(items.items(), key=lambda kv: -kv[1][1])[:n]
+    lines = ["", f"| test ({n} most CPU) | wall s | CPU s |", "|---|---:|---:|"]
+    lines += [f"| {nodeid} | {wall:.1f} | {cpu:.1f} |" for nodeid, (wall, cpu) in top]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
@@ -149,8 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--weights", type=Path, help="also write {file: wall seconds} here (conftest.py's order)"
     )
+    parser.add_argument(
+        "--items", type=int, default=0, help="also list the N tests that used the most CPU"
+    )
     args = parser.parse_args(argv)
     sys.stdout.write(table(args.folder, args.label))
+    if args.items:
+        sys.stdout.write(item_table(args.folder, args.items))
     if args.weights:
         walls: dict[str, float] = {}
         for p in sorted(args.folder.glob("*.json")):

@@ -23,14 +23,14 @@ does). What this module does:
    The wrapper checks the parent's pid after prctl (the parent may have died in between).
 3. Without prctl (macOS), the wrapper does not exec: it runs the command as a child and
    polls its parent every 0.2 s; when the parent is gone it kills the child's process group.
-4. A normal stop (`stop()`, KeyboardInterrupt from JupyterLab's Interrupt, the timeout,
-   interpreter exit) sends torchrun SIGTERM: its agent stops the workers itself and exits; if it
-   has not exited within `grace_s`, SIGKILL follows and step 2 takes the workers down.
+4. `stop()` (JupyterLab's Interrupt, interpreter exit) sends torchrun SIGTERM: its agent stops
+   the workers and exits, or SIGKILL follows after `grace_s`. A timeout SIGKILLs the whole tree
+   once each worker and the agent printed its Python stack into the error (_stop_with_stacks).
 
 The environment torchrun gets: this process's, plus PYTHONPATH (workers import what the
-caller imports) and OMP_NUM_THREADS=1 unless set. Nothing else: `--max-restarts` works with
-torchrun's defaults because helpers.train_ddp builds each worker group's process group on a
-key space of its own in the agent's shared store (notebook 09, section 6).
+caller imports), OMP_NUM_THREADS=1 unless set and PYTHONFAULTHANDLER=1 (the timeout's stacks).
+No more: `--max-restarts` works with torchrun's defaults because helpers.train_ddp builds each
+worker group's process group on a key space of its own in the agent's store (09, section 6).
 
 Rendezvous stays on this machine by default (`loopback=True`): c10d on 127.0.0.1 at a free
 port, `--local-addr=127.0.0.1` (the workers' MASTER_ADDR) and gloo/NCCL sockets on `lo`.
@@ -56,7 +56,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.processes import LOOPBACK_IFNAME, child_env, free_port, set_pdeathsig
+from helpers.processes import LOOPBACK_IFNAME, child_env, free_port, set_pdeathsig, wait_gone
 
 __all__ = [
     "TorchrunResult",
@@ -203,11 +203,11 @@ class TorchrunProcess:
         try:
             code = self.popen.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self.stop()
+            report = _stop_with_stacks(self)  # the log's tail, every process's stack; all killed
             result = self._result()
             raise TorchrunTimeout(
                 f"torchrun did not finish within {timeout_s} s; it and its workers were "
-                f"stopped. Last lines:\n{result.tail()}",
+                f"stopped. Last lines:\n{report}",
                 result,
             ) from None
         except BaseException:  # KeyboardInterrupt (JupyterLab's Interrupt) and the like
@@ -260,7 +260,7 @@ def start_torchrun(
     # the workers import helpers (and the caller's modules) by name: give them our import path
     full_env = child_env()
     full_env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun sets anyway, without its banner
-    full_env["PYTHONUNBUFFERED"] = "1"
+    full_env.update(PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")  # faulthandler: see wait()
     if options.loopback:
         full_env.setdefault("GLOO_SOCKET_IFNAME", LOOPBACK_IFNAME)
         full_env.setdefault("NCCL_SOCKET_IFNAME", LOOPBACK_IFNAME)
@@ -329,6 +329,117 @@ def _watchdog(cmd: list[str], parent: int) -> int:
             os.killpg(child.pid, signal.SIGKILL)
         raise
     return child.returncode
+
+
+# ----------------------------------------------------------------------------------------------
+# a timeout: every worker's Python stack into the error, then SIGKILL to the whole tree
+# ----------------------------------------------------------------------------------------------
+
+_DUMP_WAIT_S = 10.0  # per process: time to write its stacks and exit (a few ms when not loaded)
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """{pid: (parent pid, process group)} of every process, from /proc."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+            except OSError:  # gone meanwhile
+                continue
+            table[int(name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def _descendants(root: int, table: Mapping[int, tuple[int, int]]) -> list[int]:
+    """Every descendant of `root` in `table`, parents before their children."""
+    found, todo = [], [root]
+    while todo:
+        kids = sorted(pid for pid, (ppid, _) in table.items() if ppid == todo[0])
+        found += kids
+        todo = todo[1:] + kids
+    return found
+
+
+def _rank_label(pid: int) -> tuple[int, str]:
+    """(sort key, label) of a worker, from the RANK torchrun put in its environment."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    except OSError:
+        env = {}
+    rank, local = env.get(b"RANK", b"?").decode(), env.get(b"LOCAL_RANK", b"?").decode()
+    key = int(rank) if rank.isdigit() else 1 << 30
+    return key, f"rank {rank} (local rank {local}, pid {pid})"
+
+
+def _dump_stack(pid: int, log_path: Path) -> str:
+    """Have one stopped process print its Python stacks into the log, and return them.
+
+    PYTHONFAULTHANDLER=1 (start_torchrun sets it) makes every Python process register
+    faulthandler for SIGABRT at start-up: the handler, plain C run in the signal, writes
+    every thread's Python stack to stderr (the log) even while the process waits inside a C++
+    collective, then lets the abort end the process. The others stay stopped meanwhile (SIGSTOP),
+    so the log's new bytes are this process's alone; no core file is written (RLIMIT_CORE 0).
+    """
+    with contextlib.suppress(OSError, ValueError, ImportError):
+        import resource
+
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+    start = log_path.stat().st_size if log_path.exists() else 0
+    for sig in (signal.SIGABRT, signal.SIGCONT):  # SIGABRT stays pending until SIGCONT
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    wait_gone([pid], _DUMP_WAIT_S)  # exited (a zombie of its stopped parent counts as gone)
+    with contextlib.suppress(OSError), open(log_path, "rb") as log:
+        log.seek(start)
+        text = log.read().decode("utf-8", errors="replace")
+        noise = ("Extension modules:", "Fatal Python error: Aborted")  # the abort's, not news
+        lines = [ln for ln in text.splitlines() if not ln.startswith(noise)]
+        return "\n".join(lines).strip()
+    return ""
+
+
+def _stop_with_stacks(proc: TorchrunProcess) -> str:
+    """The timeout: the log's last lines, then each worker's and the agent's Python stacks,
+    taken one process at a time; then SIGKILL to every process of the tree (each process group
+    and each pid: workers sit in sessions of their own, their children in the workers' groups),
+    waited for. Returns that report (without /proc it just calls `stop()`)."""
+    tail = "\n".join(proc.log().splitlines()[-30:])
+    if proc.poll() is not None or not os.path.isdir("/proc"):
+        proc.stop()
+        return tail
+    agent = proc.pid  # the wrapper exec'd torchrun: same pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(agent, signal.SIGSTOP)  # no restart, no reaction while its workers are dumped
+    table = _process_table()
+    labels = {pid: _rank_label(pid) for pid, (ppid, _) in table.items() if ppid == agent}
+    workers = sorted(labels, key=labels.__getitem__)  # in rank order
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    table = _process_table()  # now nothing of the tree starts processes any more
+    tree = [agent, *_descendants(agent, table)]
+    parts = [tail, "", f"Python stacks at the timeout ({len(workers)} worker(s), then the agent):"]
+    for pid in workers:
+        stack = _dump_stack(pid, proc.log_path) or "(nothing printed: no faulthandler there?)"
+        parts.append(f"--- {labels[pid][1]} ---\n{stack}")
+    stack = _dump_stack(agent, proc.log_path) or "(nothing printed)"
+    parts.append(f"--- torchrun's agent (pid {agent}) ---\n{stack}")
+    groups = {table[pid][1] for pid in tree if pid in table} | {agent}
+    for group in sorted(groups):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.popen.wait()
+    _LIVE.discard(proc)
+    left = wait_gone(tree, _DUMP_WAIT_S)
+    if left:  # not expected: SIGKILL cannot be caught; say so rather than hide it
+        parts.append(f"still running after SIGKILL: pids {left}")
+    return "\n".join(parts)
 
 
 def _main(argv: list[str]) -> int:
