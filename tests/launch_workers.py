@@ -30,6 +30,7 @@ def sum_worker(rank: int, world_size: int, n: int) -> dict:
         "sum": t[0].item(),
         "backend": dist.get_backend(),
         "device": str(current_device()),
+        "sockets": listening_sockets(),  # after the all_reduce: every transport is connected
     }
 
 
@@ -53,8 +54,14 @@ def exit_worker(rank: int, world_size: int, bad_rank: int, how: str) -> int:
     return rank
 
 
-def hang_worker(rank: int, world_size: int, bad_rank: int) -> int:
-    if rank == bad_rank or bad_rank < 0:
+def hang_worker(rank: int, world_size: int, bad_rank: int, marker_dir: str = "") -> int:
+    """`bad_rank` (every rank if < 0) spins in Python, the others wait in a barrier; each rank
+    first touches `marker_dir`/rank<r> (if given): the test knows where it is, not guesses."""
+    stuck = rank == bad_rank or bad_rank < 0
+    if marker_dir:
+        with open(os.path.join(marker_dir, f"rank{rank}"), "w") as f:
+            f.write("spinning" if stuck else "barrier")
+    if stuck:
         while True:  # a rank stuck in Python code
             time.sleep(0.1)
     dist.barrier()  # the others wait for it

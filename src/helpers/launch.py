@@ -258,15 +258,23 @@ def _worker_main(rank: int, workdir: str) -> None:
     sys.stderr.flush()
 
 
-_BOOT = "from helpers.launch import _worker_main; _worker_main({rank}, {workdir!r})"
+# The death signal comes first, before `helpers.launch` imports torch (a second or more of CPU):
+# a parent killed while its workers still import torch takes them along at once, not after the
+# import (helpers.processes imports no torch). _worker_main sets it again, harmlessly.
+_BOOT = (
+    "import os, signal; from helpers.processes import set_pdeathsig; "
+    "set_pdeathsig(signal.SIGKILL) and os.getppid() != {parent} and os._exit(1); "
+    "from helpers.launch import _worker_main; _worker_main({rank}, {workdir!r})"
+)
 
 
 def _start(rank: int, workdir: Path) -> subprocess.Popen:
     env = child_env()  # the worker imports fn by reference: it needs our import path
     env["PYTHONUNBUFFERED"] = "1"
+    boot = _BOOT.format(parent=os.getpid(), rank=rank, workdir=str(workdir))
     with open(workdir / f"rank{rank}.setup.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-c", _BOOT.format(rank=rank, workdir=str(workdir))],
+            [sys.executable, "-c", boot],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
