@@ -10,14 +10,27 @@ BUBBLE = 7 / 39
 SLOT = "F3"
 
 # 16.3 1F1B, p = 8, m = 16: rank r holds its p-1-r warm-up micro-batches and the steady state's
-# first forward before its first backward frees one: p - r. m does not matter (m >= p).
+# first forward before its first backward frees one: p - r. m does not matter as long as
+# m >= p - r (in general min(p - r, m)).
 HELD = [8, 7, 6, 5, 4, 3, 2, 1]
 
 SOLUTIONS = {"16.1": BUBBLE, "16.2": SLOT, "16.3": HELD}
 
 WRONG = {
-    "16.1": [(7 / 32, "ratio"), (32 / 39, "busy"), (7 / 40, "off by one"), ("0.18", "number")],
-    "16.2": [("F4", "GPipe"), ("B0", "too early"), ("B1", "too late"), (3, "string")],
+    "16.1": [
+        (7 / 32, "ratio"),
+        (32 / 39, "busy"),
+        (7 / 40, "off by one"),
+        ("0.18", "number"),
+        (100 * 7 / 39, "percentage"),
+    ],
+    "16.2": [
+        ("F4", "GPipe"),
+        ("B0", "too early"),
+        ("F2", "index 2"),
+        ("B1", "too late"),
+        (3, "string"),
+    ],
     "16.3": [
         ([16] * 8, "GPipe"),
         ([7, 6, 5, 4, 3, 2, 1, 0], "first forward"),

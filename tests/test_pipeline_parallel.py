@@ -5,15 +5,21 @@
   1F1B's last rank, whose plan is wrong on torch 2.13-2.15: asserted, so a fix shows up);
 - simulate gives the textbook idle fractions and names the ranks of a deadlocked order;
 - the saved-bytes meter counts one micro-batch's activations and drops them after backward;
+- torch's raw plans: single-stage ones end every row with REDUCE_GRAD (2.15: then
+  WAIT_REDUCE_GRAD), the multi-stage ones hold compute actions and empty slots only;
 - on 2 gloo ranks: from-scratch GPipe/1F1B and torch's schedules give one process's loss and
-  gradients; a mismatched recv ends within seconds naming the ranks; a bad micro-batch count
-  fails on the ranks with the same clear error.
+  gradients; a mismatched recv (nobody sends) and 1F1B on blocking sends (both ranks send) end
+  within bounded time naming both ranks; a micro-batch count that does not divide the batch
+  fails on the ranks with the same clear error, from scratch and with torch's schedules;
+- the exercise judges accept equivalent right answers (a Fraction, a NumPy float, a tuple).
 """
 
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 
@@ -51,6 +57,20 @@ def test_scratch_orders_match_torch_plans(p: int, m: int) -> None:
         assert pp.executed_compute(one_f_one_b[r]) == pp.scratch_order("1f1b", p, m, r)
     last = [a[2] for a in pp.executed_compute(one_f_one_b[p - 1]) if a[1] == "F"]
     assert last == list(range(1, m + 1)), f"torch's 1F1B plan, last rank: {last}"
+
+
+def test_raw_plans_non_compute_actions() -> None:
+    version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    tail = ["REDUCE_GRAD"] + (["WAIT_REDUCE_GRAD"] if version >= (2, 15) else [])
+    for name in pp.SCHEDULES:
+        plan = pp.library_plan(name, 4, 8)
+        for r, row in plan.items():
+            kinds = [a.computation_type.value for a in row if a is not None]
+            other = [k for k in kinds if k not in ("F", "B", "I", "W")]
+            if pp.SCHEDULES[name] == "single":
+                assert other == tail and kinds[-len(tail) :] == tail, (name, r, kinds[-3:])
+            else:
+                assert other == [], (name, r, other)
 
 
 def test_scratch_order_unknown_schedule() -> None:
@@ -135,9 +155,42 @@ def test_mismatched_recv_ends_in_bounded_time_naming_ranks() -> None:
     assert time.monotonic() - start < 60
     text = str(info.value)
     assert sorted(info.value.ranks) == [0, 1] and "PipelineTimeout" in text
-    assert "rank 0: recv with rank 1" in text or "rank 1: recv with rank 0" in text
+    assert "rank 0: recv with rank 1" in text and "rank 1: recv with rank 0" in text, text
 
 
-def test_bad_microbatch_count_fails_on_the_ranks() -> None:
+def test_blocking_1f1b_ends_in_bounded_time_naming_ranks() -> None:
+    start = time.monotonic()
+    runs = [dict(schedule="1f1b", m=4, blocking=True, op_timeout_s=1.0)]
+    with pytest.raises(WorkerError) as info:
+        launch(pp.scratch_worker, 2, args=(runs,), timeout_s=120)
+    assert time.monotonic() - start < 60
+    text = str(info.value)
+    assert "PipelineTimeout" in text, text
+    assert "rank 0: send of activation 1 with rank 1" in text, text
+    assert "rank 1: send of gradient 0 with rank 0" in text, text
+
+
+@pytest.mark.parametrize(
+    "worker,run",
+    [
+        (pp.scratch_worker, dict(schedule="gpipe", m=3)),
+        (pp.library_worker, dict(name="ScheduleGPipe", m=3)),
+    ],
+    ids=["scratch", "torch"],
+)
+def test_bad_microbatch_count_fails_on_the_ranks(worker, run) -> None:
     with pytest.raises(WorkerError, match="3 micro-batches do not divide a batch of 16"):
-        launch(pp.scratch_worker, 2, args=([dict(schedule="gpipe", m=3)],), timeout_s=120)
+        launch(worker, 2, args=([run],), timeout_s=120)
+
+
+def test_judges_accept_equivalent_answers() -> None:
+    from helpers import exercises as ex
+
+    for answer in (7 / 39, Fraction(7, 39), np.float64(7 / 39), 0.18):
+        assert ex.judge("16.1", answer)[0], answer
+    for answer in ("F3", " f3 ", ("F", 3), (1, "F", 3)):
+        assert ex.judge("16.2", answer)[0], answer
+    ok, hint = ex.judge("16.2", (0, "F", 3))
+    assert not ok and "string" in hint, hint
+    assert ex.judge("16.3", (8, 7, 6, 5, 4, 3, 2, 1))[0]
+    assert ex.judge("16.3", [8.0, 7, 6, 5, 4, 3, 2, 1])[0]

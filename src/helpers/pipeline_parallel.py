@@ -8,8 +8,8 @@ they return plain data (lists, dicts, floats) and the parent prints.
   blocks, so every stage's gradients can be compared with one process training the whole stack.
 - From scratch (`scratch_worker`): GPipe and 1F1B over `dist.isend`/`dist.irecv`, one stage per
   rank. Every wait has a timeout (`op_timeout_s`) and a failed wait raises `PipelineTimeout`
-  naming this rank and its peer: a mismatched send/recv ends in seconds, not in gloo's default
-  30 minutes.
+  naming this rank and its peer: a mismatched send/recv ends in seconds, not after the process
+  group's default timeout of 30 minutes.
 - With PyTorch's API (`library_worker`): `PipelineStage` and the schedule classes; the executed
   order of compute actions is recorded by wrapping the stage's `*_one_chunk` methods.
 - Schedules as data: `library_order` builds a schedule object with a stand-in stage (no process
@@ -44,6 +44,8 @@ __all__ = [
     "reference",
     "scratch_order",
     "library_order",
+    "library_plan",
+    "plan_kinds",
     "executed_compute",
     "peak_in_flight",
     "measured_idle",
@@ -262,11 +264,11 @@ def _plain_order(pipeline_order: dict[int, list[Any]]) -> dict[int, list[Action 
     return out
 
 
-def library_order(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list]:
-    """`pipeline_order` of torch's schedule `name` for `world_size` ranks and `m` micro-batches.
+def library_plan(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list]:
+    """torch's own `pipeline_order` of schedule `name` (its `_Action`s, None for empty slots).
 
-    Built with stand-in stages (no process group, nothing runs); compute actions only, as
-    (stage, kind, micro-batch) tuples, None where the schedule leaves a slot empty.
+    Built with stand-in stages (no process group, nothing runs): `world_size` ranks, `m`
+    micro-batches, `v` stages per rank for the looped layouts. Every kind of action is kept.
     """
     from torch.distributed.pipelining import schedules
 
@@ -278,7 +280,22 @@ def library_order(name: str, world_size: int, m: int, v: int = 2) -> dict[int, l
         for s in _stage_indices(layout, 0, world_size, v if layout == "loop" else 2)
     ]
     schedule = cls(stages[0] if layout == "single" else stages, m)
-    return _plain_order(schedule.pipeline_order)
+    return schedule.pipeline_order
+
+
+def plan_kinds(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list[str]]:
+    """Per rank, the kind of every action in torch's plan (`library_plan`), empty slots skipped."""
+    plan = library_plan(name, world_size, m, v)
+    return {r: [a.computation_type.value for a in row if a is not None] for r, row in plan.items()}
+
+
+def library_order(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list]:
+    """`pipeline_order` of torch's schedule `name` for `world_size` ranks and `m` micro-batches.
+
+    Built with stand-in stages (no process group, nothing runs; `library_plan`); compute actions
+    only, as (stage, kind, micro-batch) tuples, None where the schedule leaves a slot empty.
+    """
+    return _plain_order(library_plan(name, world_size, m, v))
 
 
 def executed_compute(order: Sequence[Action | None]) -> list[Action]:
@@ -463,8 +480,9 @@ def scratch_step(
     """One training step of `schedule` ("gpipe" or "1f1b") on this rank's stage (block `rank`).
 
     Activations go forward with isend to rank+1, gradients backward to rank-1. With `blocking`,
-    every send is waited for at once, as `dist.send` does: 1F1B then deadlocks, and the wait's
-    timeout ends it with PipelineTimeout.
+    every send is waited for at once, as `dist.send` does: 1F1B with two or more micro-batches
+    then deadlocks (the last two ranks each wait in a send), and the wait's timeout ends it with
+    PipelineTimeout.
     """
     model = make_model(world_size)
     stage = model[rank : rank + 1]

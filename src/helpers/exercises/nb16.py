@@ -1,12 +1,15 @@
 """Judges for notebook 16 (pipeline parallelism): bubbles, slots and activations held.
 
-The truths come from `helpers.pipeline_parallel`: `bubble_formula` and `simulate` (16.1),
-torch's own `Schedule1F1B.pipeline_order` read by `library_order` (16.2), and the from-scratch
-1F1B order counted by `peak_in_flight` (16.3). No judge launches processes.
+The truths come from `helpers.pipeline_parallel` and the installed torch: torch's own
+`ScheduleGPipe.pipeline_order` replayed by `simulate` (16.1), torch's `Schedule1F1B.pipeline_order`
+read by `library_order` (16.2), and the from-scratch 1F1B order counted by `peak_in_flight`
+(16.3: torch's 1F1B plan is wrong on the last rank, and what `Schedule1F1B` runs is the
+from-scratch order, which notebook 16 asserts). No judge launches processes.
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from helpers import pipeline_parallel as pp
@@ -18,13 +21,13 @@ HELD_P, HELD_M = 8, 16  # 16.3
 
 
 def _number(answer: Any) -> bool:
-    return isinstance(answer, (int, float)) and not isinstance(answer, bool)
+    """A real number (int, float, Fraction, a NumPy scalar), not a bool."""
+    return isinstance(answer, numbers.Real) and not isinstance(answer, bool)
 
 
 def gpipe_idle(p: int = BUBBLE_P, m: int = BUBBLE_M) -> float:
-    """GPipe's idle fraction, replayed by `simulate` (it equals `bubble_formula`)."""
-    orders = {r: pp.scratch_order("gpipe", p, m, r) for r in range(p)}
-    return pp.simulate(orders)["idle_fraction"]
+    """GPipe's idle fraction: torch's ScheduleGPipe plan replayed by `simulate`."""
+    return pp.simulate(pp.library_order("ScheduleGPipe", p, m))["idle_fraction"]
 
 
 @exercise("16.1", "GPipe's idle fraction for p = 8, m = 32")
@@ -32,6 +35,7 @@ def bubble(answer: Any) -> str:
     if not _number(answer):
         raise Hint("give a number, the fraction of the step a rank is idle (between 0 and 1)")
     p, m = BUBBLE_P, BUBBLE_M
+    answer = float(answer)
     truth = gpipe_idle()
     if abs(answer - truth) < 1e-3:
         return (
@@ -43,6 +47,8 @@ def bubble(answer: Any) -> str:
             "(p-1)/m is the Playbook's ratio of the bubble to the ideal time, not a fraction of "
             "the step: the step lasts m+p-1 slots, not m"
         )
+    if abs(answer - 100 * truth) < 0.1:
+        raise Hint("that is a percentage: give the fraction, a number between 0 and 1")
     if abs(answer - (1 - truth)) < 1e-3:
         raise Hint("that is the fraction a rank is busy; the question asks for the idle part")
     if abs(answer - (p - 1) / (m + p)) < 1e-3 or abs(answer - p / (m + p - 1)) < 1e-3:
@@ -60,10 +66,16 @@ def slot_action(
 
 @exercise("16.2", "Rank 1's fifth action in Schedule1F1B, p = 4, m = 8")
 def slot(answer: Any) -> str:
+    truth = slot_action()
+    if isinstance(answer, (tuple, list)) and len(answer) in (2, 3):
+        # ("F", 3) or the plan's own (stage, "F", 3): the same action, written as a tuple
+        kind, mb = answer[-2], answer[-1]
+        stage_ok = len(answer) == 2 or answer[0] == SLOT_RANK
+        if stage_ok and isinstance(kind, str) and isinstance(mb, int):
+            answer = f"{kind}{mb}"
     if not isinstance(answer, str):
         raise Hint('give a string such as "F2" or "B0"')
     a = answer.strip().upper().replace(" ", "")
-    truth = slot_action()
     if a == truth:
         return (
             f"{truth}: rank 1 runs p-1-r = 2 warm-up forwards (F0, F1), then alternates one "
@@ -71,8 +83,13 @@ def slot(answer: Any) -> str:
         )
     if a == "F4":
         raise Hint("that would be GPipe's order (every forward first); 1F1B starts backward early")
-    if a in ("B0", "F2"):
-        raise Hint("one slot too early: index 4 counts from 0, so it is the fifth action")
+    if a == "B0":
+        raise Hint("one slot too early: B0 is index 3, the fourth action; index 4 is the fifth")
+    if a == "F2":
+        raise Hint(
+            "F2 is index 2, the first forward after rank 1's p-1-r = 2 warm-up forwards; "
+            "count on to index 4"
+        )
     if a == "B1":
         raise Hint("one slot too late: count F0 F1 F2 B0 ... from index 0")
     raise Hint(
@@ -97,7 +114,7 @@ def held(answer: Any) -> str:
     if got == truth:
         return (
             f"{truth}: rank r holds its p-1-r warm-up micro-batches plus the one it forwards "
-            "before its first backward, p-r in all, whatever m is (GPipe would hold m = 16)."
+            "before its first backward, p-r in all, for any m >= p-r (GPipe would hold m = 16)."
         )
     if got == [HELD_M] * HELD_P:
         raise Hint("that is GPipe: every forward before any backward; 1F1B starts backward early")
