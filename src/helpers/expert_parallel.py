@@ -10,9 +10,9 @@ token; each token goes to its top-k experts, weighted by their softmax probabili
 renormalized); an expert is a two-layer MLP h -> f -> h with ReLU. Tokens come in G groups (one
 group per rank); within a group each expert takes at most C = ceil(capacity_factor * T * k / E)
 assignments (T tokens in the group), kept in priority order: every token's first choice before
-any second choice (slot-major, as GShard and Switch order them), in token order within a slot.
-A dropped assignment contributes nothing (a model's residual connection would carry the token).
-The reference computes every expert on every token and weights the results (a dense
+any second choice (slot-major, as DeepSpeed's top2gating numbers them), in token order within
+a slot. A dropped assignment contributes nothing (a model's residual connection would carry
+the token). The reference computes every expert on every token and weights the results (a dense
 formulation): nothing is exchanged and nothing is routed, so it checks the routing code too.
 
 Expert parallel (`moe_expert_parallel`): rank r owns experts r*E/N ... (r+1)*E/N - 1 and keeps
@@ -25,9 +25,9 @@ rows it received, (5) sends the results back the same way reversed, and (6) adds
 weighted by the gates. The exchange is `AllToAll`, a hand-written autograd Function: forward is
 one `all_to_all_single`; backward is the same exchange with input and output splits swapped
 (an all-to-all only moves rows, so the gradient of each received row goes back to where the row
-came from). A Function rather than the functional collectives: the first functional-collective
-call in a process costs seconds (1.3-6 s measured), and a Function makes the backward exchange
-visible and countable. `exchange="functional"` runs the same layer on
+came from). A Function rather than the functional collectives: its backward exchange is visible
+in its source and passes through EXCHANGE_LOG, where the functional op differentiates itself
+inside the dispatcher. `exchange="functional"` runs the same layer on
 `torch.distributed._functional_collectives.all_to_all_single`, whose op has an autograd kernel of
 its own (tests/test_expert_parallel.py checks that both give the same gradients). The deprecated
 `torch.distributed.nn.functional.all_to_all_single` (FutureWarning) is not used.
@@ -465,9 +465,15 @@ def exchange_bytes_formula(per_rank: list[dict], row_bytes: int = HIDDEN * _FLOA
     return out
 
 
-def balanced_bytes_estimate(tokens: int, k: int, hidden: int, world_size: int) -> float:
-    """Rows of one step if routing were uniform and nothing dropped: 4 k T h b (N - 1) / N."""
-    return 4 * k * tokens * hidden * _FLOAT_BYTES * (world_size - 1) / world_size
+def balanced_bytes_estimate(
+    tokens: int, k: int, hidden: int, world_size: int, element_bytes: int = _FLOAT_BYTES
+) -> float:
+    """Token rows one rank sends in one step if routing were uniform and nothing dropped.
+
+    Each of the four exchanges (dispatch, combine, and their backwards) sends k T rows of h
+    elements, of which the fraction (N - 1) / N goes to other ranks: 4 k T h b (N - 1) / N.
+    """
+    return 4 * k * tokens * hidden * element_bytes * (world_size - 1) / world_size
 
 
 def load_imbalance(per_expert: list[int]) -> float:
