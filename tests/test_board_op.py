@@ -3,6 +3,7 @@ torch.compile/torch.export tracing, both ONNX routes in ONNX Runtime, and the Re
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -153,8 +154,26 @@ def _without_compiler(tmp_path, code: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_board_build_without_a_compiler_fails_as_the_guide_says(tmp_path) -> None:
+_SEPARATOR = "----- and now an Inductor compile -----"
+
+
+@pytest.fixture(scope="module")
+def compilerless(tmp_path_factory) -> dict:
+    """One fresh interpreter without a C++ compiler (CXX), with empty extension and Inductor
+    caches, tries the board build and then an Inductor compile (what docs/teaching.md quotes for
+    each), in a build folder that holds a killed builder's lock (`lock`, nobody holding it).
+    One interpreter for the three tests below: each start imports torch (~1.5 s of CPU)."""
+    tmp_path = tmp_path_factory.mktemp("compilerless")
+    name = f"board_upsample_{board_op.source_hash()}"
+    folder = tmp_path / "extensions" / f"torch-{torch.__version__}" / name
+    folder.mkdir(parents=True)
+    from torch.utils.file_baton import FileBaton
+
+    baton = FileBaton(str(folder / "lock"))
+    assert baton.try_acquire(), f"expected to create {folder / 'lock'}"
+    os.close(baton.fd)  # what a builder SIGKILLed holding the baton leaves: the file, no holder
     code = (
+        "import torch\n"
         "from helpers import board_op\n"
         "try:\n"
         "    board_op.build()\n"
@@ -162,22 +181,7 @@ def test_the_board_build_without_a_compiler_fails_as_the_guide_says(tmp_path) ->
         "    print(type(err).__name__ + ': ' + str(err))\n"
         "else:\n"
         "    print('built')\n"
-    )
-    out = _without_compiler(tmp_path, code)
-    assert out.returncode == 0, out.stderr
-    name = f"board_upsample_{board_op.source_hash()}"
-    head = f"RuntimeError: Error building extension '{name}': [1/2] {NO_COMPILER} -MMD "
-    assert out.stdout.startswith(head), f"expected {head!r}..., found {out.stdout[:300]!r}"
-    complaint = f"/bin/sh: 1: {NO_COMPILER}: not found"
-    assert complaint in out.stdout, f"expected {complaint!r} in {out.stdout!r}"
-    folder = tmp_path / "extensions" / f"torch-{torch.__version__}" / name
-    assert (folder / "build.ninja").exists(), f"expected the failed build in {folder}"
-    assert not (folder / f"{name}.so").exists(), f"a library was built in {folder}"
-
-
-def test_an_inductor_compile_without_a_compiler_fails_as_the_guide_says(tmp_path) -> None:
-    code = (
-        "import torch\n"
+        f"print({_SEPARATOR!r})\n"
         "f = torch.compile(lambda x: torch.relu(x) + 1, backend='inductor')\n"
         "try:\n"
         "    f(torch.randn(8))\n"
@@ -186,44 +190,43 @@ def test_an_inductor_compile_without_a_compiler_fails_as_the_guide_says(tmp_path
         "else:\n"
         "    print('compiled')\n"
     )
-    out = _without_compiler(tmp_path, code)
+    out = _without_compiler(tmp_path, code)  # hung until its timeout before the flock turn
     assert out.returncode == 0, out.stderr
+    assert _SEPARATOR in out.stdout, f"expected both parts to run, found {out.stdout[:300]!r}"
+    build, inductor = out.stdout.split(_SEPARATOR + "\n", 1)
+    return {"name": name, "folder": folder, "build": build, "inductor": inductor}
+
+
+def test_the_board_build_without_a_compiler_fails_as_the_guide_says(compilerless) -> None:
+    name, folder, out = compilerless["name"], compilerless["folder"], compilerless["build"]
+    head = f"RuntimeError: Error building extension '{name}': [1/2] {NO_COMPILER} -MMD "
+    assert out.startswith(head), f"expected {head!r}..., found {out[:300]!r}"
+    complaint = f"/bin/sh: 1: {NO_COMPILER}: not found"
+    assert complaint in out, f"expected {complaint!r} in {out!r}"
+    assert (folder / "build.ninja").exists(), f"expected the failed build in {folder}"
+    assert not (folder / f"{name}.so").exists(), f"a library was built in {folder}"
+
+
+def test_an_inductor_compile_without_a_compiler_fails_as_the_guide_says(compilerless) -> None:
+    out = compilerless["inductor"]
     expected = (
         "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found"
         f" in torch._inductor.config.cpp.cxx: (None, '{NO_COMPILER}')"
     )
-    first = out.stdout.splitlines()[0] if out.stdout else ""
-    assert first == expected, f"expected {expected!r}, found {out.stdout[:300]!r}"
+    first = out.splitlines()[0] if out else ""
+    assert first == expected, f"expected {expected!r}, found {out[:300]!r}"
 
 
-def test_a_killed_builds_lock_does_not_hang_the_next_build(tmp_path) -> None:
+def test_a_killed_builds_lock_does_not_hang_the_next_build(compilerless) -> None:
     """torch 2.13's FileBaton `lock` names no owner: a builder killed before its `finally` leaves
     it, and load_inline into that folder then waits forever (2.14 and 2.15 use an OS lock).
     build() takes its turn on an flock (the kernel drops it with its holder) and on 2.13 removes
-    such a file; here a killed builder's lock sits in the build folder and the (compiler-less, so
-    quick) build still gets to the compiler."""
-    name = f"board_upsample_{board_op.source_hash()}"
-    folder = tmp_path / "extensions" / f"torch-{torch.__version__}" / name
-    folder.mkdir(parents=True)
-    killed = (
-        "import os, sys\n"
-        "from torch.utils.file_baton import FileBaton\n"
-        "assert FileBaton(sys.argv[1]).try_acquire()\n"
-        "os._exit(9)  # dies holding the baton, as a SIGKILLed build does\n"
-    )
-    subprocess.run([sys.executable, "-c", killed, str(folder / "lock")], check=False, timeout=120)
-    assert (folder / "lock").exists(), f"expected the killed builder's lock in {folder}"
-    code = (
-        "from helpers import board_op\n"
-        "try:\n"
-        "    board_op.build()\n"
-        "except RuntimeError as err:\n"
-        "    print(str(err).splitlines()[0])\n"
-    )
-    out = _without_compiler(tmp_path, code)  # hung until its timeout before the flock turn
-    assert out.returncode == 0, out.stderr
-    head = f"Error building extension '{name}'"
-    assert out.stdout.startswith(head), f"expected {head!r}..., found {out.stdout[:300]!r}"
+    such a file; the fixture's build folder held such a lock, and the (compiler-less, so quick)
+    build still got to the compiler."""
+    name, folder = compilerless["name"], compilerless["folder"]
+    head = f"RuntimeError: Error building extension '{name}'"
+    out = compilerless["build"]
+    assert out.startswith(head), f"expected {head!r}..., found {out[:300]!r}"
     import torch.utils.cpp_extension as cpp_extension
 
     # 2.13: FileBaton removes its file on release; 2.14.1, 2.15.0: FileLock's file stays (an OS
