@@ -142,6 +142,19 @@ def test_translations_keep_code_links_and_headings(path: Path) -> None:
             assert CJK.search(cn), f"{where}: the translation has no Chinese: {cn[:80]!r}"
 
 
+#: Notebooks whose owners were editing their prose when the glossary decisions of issue 28 were
+#: made: the rows decided then (DECIDED_TODAY, by first English spelling) are not held against
+#: them until they adopt them. Reason: "owner editing today" (the lead removes an entry when the
+#: owner's catalog follows the decisions).
+EDITING_TODAY = {"01", "02", "03", "05", "16", "17", "18"}
+DECIDED_TODAY = {
+    "all-reduce", "ring all-reduce", "reduce-scatter", "all-gather", "reduction", "batch size",
+    "batch normalization", "SyncBatchNorm", "symbolic function", "tensor parallelism",
+    "sequence parallelism", "column-parallel", "row-parallel", "activation", "attention head",
+    "pipeline parallelism", "schedule", "bubble", "warm-up", "steady state", "idle fraction",
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_glossary_terms_are_used_consistently(path: Path) -> None:
     twin = zh.ZH / path.name
@@ -151,6 +164,8 @@ def test_glossary_terms_are_used_consistently(path: Path) -> None:
     chinese = _prose(_markdown(nbformat.read(twin, 4)))
     wrong, missing = [], []
     glossary = _glossary()
+    if path.name[:2] in EDITING_TODAY:  # owner editing today: only the older decisions apply
+        glossary = [row for row in glossary if row[0][0] not in DECIDED_TODAY]
     every_term = sorted({t for terms, _, _ in glossary for t in terms}, key=len, reverse=True)
     for terms, chosen, rejected in glossary:
         wrong += [f"{v!r} (use {chosen!r})" for v in rejected if v in chinese]

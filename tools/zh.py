@@ -311,6 +311,105 @@ def exercise_problems() -> list[Problem]:
     return found
 
 
+# --- the style sheet (tests/test_zh_style.py) ---------------------------------------------------
+# The rules of the Chinese technical-writing style guides that PyTorch 中文文档 and d2l-zh follow
+# (《中文文案排版指北》), as far as a program can check them. Code spans, math, URLs, link targets
+# and HTML tags are never changed or checked (they are what the English says).
+
+_HAN = "\u4e00-\u9fff"
+_CJK_PUNCT = "\u3000-\u303f\uff00-\uffef"
+# code and math read as Latin text (a space on each side); link targets and tags as nothing
+_PROTECTED = re.compile(r"```.*?```|`[^`\n]+`|\$\$.*?\$\$|\$[^$\n]+\$|https?://[^\s)>]+", re.S)
+_NEUTRAL = re.compile(r"(?<=\])\([^)\s]+\)|<[^>\n]+>")
+_SLOT = "\ue000-\uf8ff"  # a protected segment stands in the text as one private-use character
+_LATIN = "[A-Za-z0-9\ue000-\uefff]"
+#: English labels with their Chinese forms (and the calque of "(checked below)").
+LABELS = {
+    "Then vs now（过去与现在）": "新旧对照",
+    "Then vs now": "新旧对照",
+    "（下面检查）": "（下面的单元格会验证）",
+}
+
+
+def _shield(text: str) -> tuple[str, list[str]]:
+    kept: list[str] = []
+
+    def slot(base: int):
+        def one(m: re.Match) -> str:
+            kept.append(m.group())
+            return chr(base + len(kept) - 1)
+
+        return one
+
+    text = _PROTECTED.sub(slot(0xE000), text)
+    return _NEUTRAL.sub(slot(0xF000), text), kept
+
+
+def _unshield(text: str, kept: list[str]) -> str:
+    def back(m: re.Match) -> str:
+        code = ord(m.group())
+        return kept[code - (0xF000 if code >= 0xF000 else 0xE000)]
+
+    while re.search(f"[{_SLOT}]", text):  # a link target may hold a URL's slot
+        text = re.sub(f"[{_SLOT}]", back, text)
+    return text
+
+
+_H, _P = _HAN, _CJK_PUNCT
+#: (name, pattern, replacement) of the mechanical rules; a pattern that matches is a problem.
+STYLE_RULES = [
+    # one space between Chinese and Latin letters, digits or code (emphasis marks in between)
+    ("no space between Chinese and Latin", re.compile(rf"([{_H}])(\*{{0,2}})({_LATIN})"), r"\1 \2\3"),  # noqa: E501
+    ("no space between Latin and Chinese", re.compile(rf"({_LATIN})(\*{{0,2}})([{_H}])"), r"\1\2 \3"),  # noqa: E501
+    # no space next to Chinese punctuation
+    ("space before Chinese punctuation", re.compile(rf"(?<=[^\s|])[ \t]+(?=[{_P}])"), ""),
+    ("space after Chinese punctuation", re.compile(rf"(?<=[{_P}])[ \t]+(?=[^\s|])"), ""),
+    # no space where emphasis or a Chinese quote meets Chinese text
+    ("space before emphasis", re.compile(rf"(?<=[{_H}{_P}])[ \t]+(?=\*\*[{_H}])"), ""),
+    ("space after emphasis", re.compile(rf"(?<=[{_H}{_P}]\*\*)[ \t]+(?=[{_H}])"), ""),
+    ("space before a Chinese quote", re.compile(rf"(?<=[{_H}{_P}])[ \t]+(?=[“「])"), ""),
+    ("space after a Chinese quote", re.compile(rf"(?<=[”」])[ \t]+(?=[{_H}{_P}])"), ""),
+    # Chinese punctuation in a Chinese sentence
+    ("ASCII punctuation after Chinese", re.compile(rf"(?<=[{_H}])[ \t]*([,;:?!])[ \t]*"), None),
+    ("ASCII punctuation before Chinese", re.compile(rf"(?<=[\w)])([,;:?!])[ \t]*(?=[{_H}])"), None),
+    ("ASCII parentheses around Chinese", re.compile(rf"[ \t]?\(([^()\n]*[{_H}][^()\n]*)\)[ \t]?"), r"（\1）"),  # noqa: E501
+]  # fmt: skip
+_FULL = {",": "，", ";": "；", ":": "：", "?": "？", "!": "！"}
+#: A wrapped line that meets emphasis or a Chinese quote: Markdown renders the break as a space.
+_WRAP = [
+    re.compile(rf"(?<=[{_H}{_P}])\n(?=\*{{1,2}}[^*\s]|[“「])"),
+    re.compile(rf"(?<=[{_H}{_P}]\*\*)\n(?=[{_H}])"),
+    re.compile(rf"(?<=[”」])\n(?=[{_H}])"),
+]
+
+
+def style_problems(text: str) -> list[str]:
+    """What breaks the style sheet in one translated text (an empty list when nothing)."""
+    found = [f"English label {label!r}" for label in LABELS if label in text]
+    body, _ = _shield(text)
+    rules = [(name, p) for name, p, _ in STYLE_RULES] + [
+        ("wrapped line at emphasis", p) for p in _WRAP
+    ]
+    for name, pattern in rules:
+        for m in pattern.finditer(body):
+            where = body[max(0, m.start() - 12) : m.end() + 12].replace("\n", "⏎")
+            found.append(f"{name}: …{re.sub(f'[{_SLOT}]', '·', where)}…")
+    return found
+
+
+def tidy(text: str) -> str:
+    """`text` with the mechanical rules of the style sheet applied (labels in their Chinese form)."""  # noqa: E501
+    for label, chinese in LABELS.items():
+        text = text.replace(label, chinese)
+    body, kept = _shield(text)
+    for pattern in _WRAP:
+        body = pattern.sub("", body)
+    for _ in range(2):
+        for _, pattern, repl in STYLE_RULES:
+            body = pattern.sub(repl if repl is not None else (lambda m: _FULL[m.group(1)]), body)
+    return _unshield(body, kept)
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "all"
     if command in ("exercises", "all"):
