@@ -67,3 +67,10 @@ def test_step_ops_takes_the_first_of_each_kind() -> None:
     ]
     counts = {"forward": {"all_gather": 1}, "backward": {"all_gather": 1, "reduce_scatter": 1}}
     assert dm.step_ops(ops, counts) == ops[1:4]
+
+
+def test_each_part_is_timed(measured) -> None:
+    _, per_rank = measured
+    parts = set(per_rank[0]["seconds"])
+    assert parts == {*dm.STRATEGIES, "expert_runs"}, parts
+    assert all(t > 0 for t in per_rank[0]["seconds"].values()), per_rank[0]["seconds"]

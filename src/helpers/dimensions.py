@@ -30,6 +30,7 @@ notebook 05's ring all-reduce counts what it sends (`count_p2p`). Point-to-point
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
@@ -101,6 +102,15 @@ class CommBytes(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[dict[str, Any]] = []
+        self.seconds = 0.0  # wall time inside the block (how long the strategy's step took)
+
+    def __enter__(self) -> CommBytes:
+        self._start = time.perf_counter()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = time.perf_counter() - self._start
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -156,16 +166,18 @@ def dimensions_worker(rank: int, world_size: int, expert_runs: list[dict] = ()) 
     """One step of every strategy on this rank; per strategy the ops summary and the sizes the
     formulas need. Run under helpers.launch.launch (N = 2 or 4). `expert_runs` (optional): also
     run `expert_parallel.expert_parallel_worker(rank, world_size, expert_runs)` in the same
-    launch, returned as out["expert_runs"] (saves notebook 17 a launch)."""
+    launch, returned as out["expert_runs"] (saves notebook 17 a launch). out["seconds"]: wall
+    time of each strategy's part on this rank (not printed by the notebook: it varies)."""
     from helpers import allreduce, context_parallel, expert_parallel, pipeline_parallel, sharded
     from helpers import tensor_parallel as tp
 
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"seconds": {}}
     psi = _numel(sharded.make_model().parameters())
     for name, scheme in (("data", "ddp"), ("zero", "zero2"), ("fsdp", "fsdp2")):
         with CommBytes() as cb:
             (r,) = sharded.sharding_worker(rank, world_size, [scheme], steps=1)
         ops = step_ops(cb.ops, r["collectives"])
+        out["seconds"][name] = cb.seconds
         out[name] = {"ops": _summary(ops), "psi": psi, "padded": r["padded"],
                      "param_bytes": r["param_bytes"], "whole_param_bytes": 4 * psi}  # fmt: skip
     grads = torch.ones(psi)  # the gradients' size, through notebook 05's ring
@@ -185,6 +197,7 @@ def dimensions_worker(rank: int, world_size: int, expert_runs: list[dict] = ()) 
         out[name] = {"ops": _summary(logged), "seen": _summary(cb.ops), "log": logged,
                      "sbh": tp.SEQ * tp.BATCH * tp.HIDDEN,
                      "param_bytes": 4 * held, "whole_param_bytes": 4 * layer_numel}  # fmt: skip
+        out["seconds"][name] = cb.seconds
 
     m = 4
     with CommBytes() as cb:
@@ -194,6 +207,7 @@ def dimensions_worker(rank: int, world_size: int, expert_runs: list[dict] = ()) 
                        "h": pipeline_parallel.WIDTH,
                        "param_bytes": 4 * _numel(stage[rank].parameters()),
                        "whole_param_bytes": 4 * _numel(stage.parameters())}  # fmt: skip
+    out["seconds"]["pipeline"] = cb.seconds
 
     shape = context_parallel.SHAPE
     with CommBytes() as cb:
@@ -201,6 +215,7 @@ def dimensions_worker(rank: int, world_size: int, expert_runs: list[dict] = ()) 
     b, heads, s, d = shape
     out["context"] = {"ops": _summary(cb.ops), "kv_block_bytes": 2 * b * heads * (s // world_size)
                       * d * 4, "param_bytes": 0, "whole_param_bytes": 0}  # fmt: skip
+    out["seconds"]["context"] = cb.seconds
 
     with CommBytes() as cb:
         r = expert_parallel.expert_parallel_step(rank, world_size)
@@ -213,8 +228,11 @@ def dimensions_worker(rank: int, world_size: int, expert_runs: list[dict] = ()) 
                      "per_expert": r["per_expert"],
                      "param_bytes": 4 * expert_numel // world_size,
                      "whole_param_bytes": 4 * expert_numel, "experts": experts}  # fmt: skip
+    out["seconds"]["expert"] = cb.seconds
     if expert_runs:
+        start = time.perf_counter()
         out["expert_runs"] = expert_parallel.expert_parallel_worker(rank, world_size, expert_runs)
+        out["seconds"]["expert_runs"] = time.perf_counter() - start
     return out
 
 
