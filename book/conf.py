@@ -19,6 +19,8 @@ what CI checked. The build must work offline, so nothing here loads a script fro
 
 from __future__ import annotations
 
+import os
+
 project = "PyTorch Source Reading"
 author = "PyTorch Source Reading contributors"
 copyright = "the PyTorch Source Reading contributors"
@@ -30,9 +32,20 @@ exclude_patterns = ["_build", "**.ipynb_checkpoints", "README.md"]
 
 # --- MyST-NB: stored outputs only -------------------------------------------------------------
 nb_execution_mode = "off"
-# The notebooks store no widget state (nbstripout): a widget view has nothing to render, and the
-# widget manager script would come from a CDN. The text twin printed next to each viewer shows.
+# The step viewers' widget state: tools/book.py moves it from each viewer's display into the
+# notebook's metadata, where MyST-NB finds it and embeds it in the page
+# (myst_nb.core.render.NbElementRenderer.render_nb_finalise), followed by these scripts: RequireJS,
+# the paths of the widget modules (config.js) and the Jupyter widgets HTML manager, all staged
+# by tools/book.py into _static/widgets/ (WIDGETS_ENV names the folder), never from a CDN.
+# Without them (no npm) tools/book.py keeps only each viewer's text twin: nothing to load.
+_widgets = os.environ.get("BOOK_WIDGETS_STATIC")
 nb_ipywidgets_js = {}
+if _widgets:
+    nb_ipywidgets_js = {
+        "widgets/require.js": {},
+        "widgets/config.js": {},
+        "widgets/embed-amd.js": {},
+    }
 nb_merge_streams = True
 # Markdown cells and text/markdown outputs (show_source excerpts with their permalinks)
 myst_enable_extensions = ["colon_fence"]
@@ -60,6 +73,8 @@ html_theme_options = {
 pygments_style = "default"
 templates_path = ["_templates"]  # relative to this folder, like html_static_path
 html_static_path = ["_static"]  # relative to this folder (the -c folder), not the staging
+if _widgets:
+    html_static_path.append(_widgets)  # holds widgets/: copied into _static/widgets/
 html_css_files = ["book.css"]
 # The theme's mode script logs a console error when no default mode is set
 html_context = {"default_mode": "light"}

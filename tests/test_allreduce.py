@@ -5,7 +5,7 @@ groups (one launch per world size)."""
 from __future__ import annotations
 
 import functools
-import html
+import json
 import random
 
 import pytest
@@ -25,7 +25,6 @@ from helpers.allreduce import (
     profile_worker,
     resolve_algorithm,
     ring_schedule,
-    ring_step_html,
     ring_step_text,
     ring_step_viewer,
     simulate_pipeline,
@@ -36,6 +35,7 @@ from helpers.allreduce import (
 )
 from helpers.launch import WorkerError, launch
 from helpers.pictures import ring_svg
+from helpers.viewers import STATE_MIME, WIDGET_VIEW_MIME, esm_path
 
 DTYPE_OPS = [("float32", "SUM"), ("float32", "AVG"), ("float64", "SUM"), ("int64", "SUM")]
 ELEMENT_SIZE = {"float32": 4, "float64": 8, "int64": 8}
@@ -132,14 +132,16 @@ def test_ring_step_text_and_viewer() -> None:
     assert last.count("[111, 111]") == 3 and last.count("0+1+2*") == 9
     with pytest.raises(ValueError, match="step must be in"):
         ring_step_text(sim, 5)
-    viewer = ring_step_viewer(sim)
-    slider, view = viewer.children
-    assert (slider.min, slider.max) == (0, 4) and first in view.value
-    assert "ring-step-slider" in slider._dom_classes and "ring-step-view" in view._dom_classes
-    assert 'class="ring-svg"' in view.value and 'data-step="0"' in view.value
-    slider.value = 4  # the picture and the text move together
-    assert view.value == ring_step_html(sim, 4)
-    assert html.escape(last) in view.value and ring_svg(sim.steps, 4) in view.value
+    viewer = ring_step_viewer(sim)  # every step's picture and text travel with the widget
+    assert [s["text"] for s in viewer.steps] == [ring_step_text(sim, s) for s in range(5)]
+    assert [s["svg"] for s in viewer.steps] == [ring_svg(sim.steps, s) for s in range(5)]
+    assert [s["step"] for s in viewer.steps] == list(range(5)) and viewer.step == 0
+    data, _ = viewer._repr_mimebundle_()
+    assert data["text/plain"] == first  # the text twin: step 0
+    model_id = data[WIDGET_VIEW_MIME]["model_id"]
+    embedded = data[STATE_MIME]["state"][model_id]["state"]
+    assert embedded["steps"] == viewer.steps and viewer._esm == esm_path("ring").read_text()
+    assert json.loads(json.dumps(data[STATE_MIME])) == data[STATE_MIME]  # plain JSON
 
 
 @pytest.mark.parametrize("world_size", range(1, 7))

@@ -10,10 +10,17 @@ page that the browser decoded. Every page of each edition shows the language swi
 target loads (HTTP 200) and is the same page in the other edition (a notebook: the one with the
 same number), or that edition's landing page when it has no such page. Each landing page lists
 every notebook of its language, in reading order, and each edition's search page finds a notebook.
+
+The step viewers move in the static book (issue 27): on the pages of notebooks 05 (the ring) and
+01 (the call path), in both editions, the widget renders from the state the page embeds, one
+ArrowRight on its slider moves it one step, and what it shows before and after is that step's
+recorded content (the steps embedded in the staged notebook; the ring also gets the JupyterLab
+test's checks, tests/viewer_checks.py), with no console error and no request leaving 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.request
 from html.parser import HTMLParser
@@ -23,6 +30,13 @@ from urllib.parse import quote, urljoin, urlsplit
 import nbformat
 import pytest
 from static_site import HOST, http_status, serve, visit
+from viewer_checks import (
+    CALLPATH_STATE,
+    VIEW_STATE,
+    check_callpath_step,
+    check_ring_steps,
+    step_viewer,
+)
 
 from tools import book
 
@@ -89,6 +103,8 @@ ZH_IN_BROWSER = {
     "docs/teaching.html",
 }
 ZH_NOTEBOOKS_IN_BROWSER = ("00_", "05_", "14_")
+# the step viewers that must move in the book (issue 27): notebook page -> what its viewer shows
+VIEWER_PAGES = {"05_allreduce_from_scratch": VIEW_STATE, "01_torch_compile_entry": CALLPATH_STATE}
 
 
 class _PageReader(HTMLParser):
@@ -330,3 +346,38 @@ def test_search_finds_a_notebook(site, browser, lang: str) -> None:
         assert not record.problems(), record.problems()
         prefix = urljoin(base, f"{folder}/notebooks/" if folder else "notebooks/")
         assert any(h.startswith(prefix + notebook) for h in hits), f"{query}: hits {hits[:10]}"
+
+
+def _embedded_viewer(staged: Path) -> tuple[list[dict], int]:
+    """The `steps` and start `step` of the one step viewer a staged notebook embeds."""
+    nb = nbformat.read(staged, 4)
+    state = nb.metadata.get("widgets", {}).get(book.WIDGET_STATE_MIME, {}).get("state", {})
+    viewers = [m["state"] for m in state.values() if m["model_name"] == "AnyModel"]
+    assert len(viewers) == 1, f"{staged.name}: expected one embedded step viewer, found {viewers}"
+    return viewers[0]["steps"], viewers[0]["step"]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_step_viewers_move_in_the_book(site, browser, lang: str) -> None:
+    out, base = site
+    folder = book.EDITIONS[lang].subfolder
+    if not (out / folder / "_static" / "widgets" / "embed-amd.js").exists():
+        reason = "no Jupyter widgets HTML manager (npm): the book shows the viewers' text twins"
+        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"{reason}; CI is set, so the book's viewers must move")
+        pytest.skip(reason)
+    for stem, state in VIEWER_PAGES.items():
+        rel = f"notebooks/{stem}.html"
+        url = urljoin(base, f"{folder}/{rel}" if folder else rel)
+        with visit(browser, url, ready=f"({state})().text !== null") as (page, record):
+            before, after = step_viewer(page, state)
+        assert not record.problems(), f"{lang} {rel}: {record.problems()}"
+        steps, start = _embedded_viewer(out.parent / "book-src" / lang / f"notebooks/{stem}.ipynb")
+        if state == VIEW_STATE:
+            check_ring_steps(before, after)
+            shown = [before["text"], after["text"]]
+            expected = [steps[0]["text"], steps[1]["text"]]
+            assert shown == expected, f"{lang} ring viewer: expected {expected}, found {shown}"
+        else:
+            check_callpath_step(before, steps[start], start, len(steps))
+            check_callpath_step(after, steps[start + 1], start + 1, len(steps))

@@ -13,9 +13,10 @@ its path, so no browser is downloaded. Without chromium the tests are skipped, e
 `test_lab_landing_and_ring_viewer`: the default URL opens `00_orientation.ipynb` and no news
 prompt appears; then a copy of notebook 05 cut to its setup cell, its `helpers.allreduce`
 import and its ring-viewer section is opened from the file browser and run with Run > Run All
-Cells in the project kernel; the slider renders, and one step of the slider moves the viewer from
-step 0 to step 1: its text, its picture's `data-step`, and the picture's arrows, which must be the
-sends that the text lists.
+Cells in the project kernel; the viewer (an anywidget widget drawn by `helpers/viewers/ring.js`)
+renders, and one step of its slider moves it from step 0 to step 1: its text, its picture's
+`data-step`, and the picture's arrows, which must be the sends that the text lists. The same
+checks run on the built book (tests/test_book.py; both use tests/viewer_checks.py).
 
 `test_lab_failures_are_detected`: the same checks against a lab with the widget manager
 extension disabled and the news setting back at "ask": both failures are reported, by the same
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from viewer_checks import VIEW_STATE, check_ring_steps, step_viewer
 
 from helpers.processes import alive, free_port, wait_gone
 
@@ -242,26 +244,12 @@ VIEWER_STATE = """() => {
   for (const out of document.querySelectorAll('.jp-OutputArea-output')) {
     if (out.getAttribute('data-mime-type') === 'application/vnd.jupyter.stderr')
       return 'error: ' + out.innerText;
-    if (out.querySelector('.widget-slider')) return 'slider';
+    if (out.querySelector('.ring-step-slider input[type=range]')) return 'slider';
     const text = out.innerText;
-    if (text.includes('IntSlider(') || text.includes('Loading widget')) return text;
+    // no widget manager: the display's text/plain (the viewer's step 0 as text)
+    if (text.startsWith('step 0 of') || text.includes('Loading widget')) return text;
   }
   return null;
-}"""
-
-
-# the ring viewer's DOM hooks (helpers.allreduce.ring_step_viewer's docstring names them)
-VIEW_STATE = """() => {
-  const view = document.querySelector('.ring-step-view');
-  const svg = view && view.querySelector('svg.ring-svg');
-  const text = view && view.querySelector('.ring-step-text');
-  return {
-    readout: document.querySelector('.ring-step-slider .widget-readout')?.innerText ?? null,
-    text: text ? text.innerText : null,
-    svg_step: svg ? svg.getAttribute('data-step') : null,
-    transfers: svg ? Array.from(svg.querySelectorAll('g.transfer'), g =>
-      `r${g.dataset.from} -c${g.dataset.chunk}-> r${g.dataset.to}`) : null,
-  };
 }"""
 
 
@@ -286,7 +274,7 @@ def run_ring_viewer(page) -> tuple[dict, dict]:
     _click(page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")), "the Run menu")
     _click(page.locator(".lm-Menu-item[data-command='runmenu:run-all']"), "Run > Run All Cells")
     # the viewer's output is either the rendered slider or, with no widget manager, the
-    # text/plain twin "VBox(children=(IntSlider(...": wait for whichever comes first
+    # text/plain twin "step 0 of 4: ...": wait for whichever comes first
     try:
         shown = page.wait_for_function(VIEWER_STATE, timeout=PAGE_TIMEOUT_S * 1000).json_value()
     except PlaywrightTimeout:
@@ -303,22 +291,7 @@ def run_ring_viewer(page) -> tuple[dict, dict]:
             "`jupyter labextension list` shows it); the viewer's output shows "
             f"{shown[:80]!r}"
         )
-    before = page.evaluate(VIEW_STATE)
-    page.locator(".ring-step-slider .noUi-handle").focus()
-    page.keyboard.press("ArrowRight")
-    try:
-        page.wait_for_function(
-            f"before => ({VIEW_STATE})().text !== before",
-            arg=before["text"],
-            timeout=PAGE_TIMEOUT_S * 1000,
-        )
-    except PlaywrightTimeout:
-        raise AssertionError(
-            f"the slider moved (readout {before['readout']!r} -> "
-            f"{page.evaluate(VIEW_STATE)['readout']!r}) but the viewer's content did not "
-            "change: the kernel side of the widget (slider.observe) did not answer"
-        ) from None
-    return before, page.evaluate(VIEW_STATE)
+    return step_viewer(page, VIEW_STATE, PAGE_TIMEOUT_S)
 
 
 def test_lab_landing_and_ring_viewer(browser, tmp_path: Path) -> None:
@@ -326,22 +299,7 @@ def test_lab_landing_and_ring_viewer(browser, tmp_path: Path) -> None:
     with jupyterlab(tmp_path) as (url, token), new_page(browser) as page:
         check_landing(page, url, token, default_url)
         before, after = run_ring_viewer(page)
-    for step, shown in enumerate((before, after)):
-        assert shown["readout"] == str(step) and shown["svg_step"] == str(step), (
-            f"ring viewer at step {step}: expected the readout and the picture's data-step to "
-            f"say {step}, found {shown}"
-        )
-        assert shown["text"] and shown["text"].startswith(f"step {step} of"), (
-            f"ring viewer at step {step}: expected its text to start 'step {step} of', "
-            f"found {shown['text']!r}"
-        )
-        # the picture's arrows are the sends the text lists ("r0 -c0-> r1": rank, chunk, rank)
-        sends = re.findall(r"r\d+ -c\d+-> r\d+", shown["text"])
-        assert sorted(shown["transfers"] or []) == sorted(sends), (
-            f"ring viewer at step {step}: expected the picture's arrows to be the sends {sends}, "
-            f"found {shown['transfers']}"
-        )
-    assert after["transfers"], f"step 1 should send chunks, the picture shows {after}"
+    check_ring_steps(before, after)
 
 
 def test_lab_failures_are_detected(browser, tmp_path: Path) -> None:

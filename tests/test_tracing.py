@@ -5,7 +5,6 @@ No Inductor compile here (tests/test_landmarks.py has the one); eager and aot_ea
 
 from __future__ import annotations
 
-import html
 import sys
 
 import pytest
@@ -21,6 +20,7 @@ from helpers.tracing import (
     RecordingBackend,
     record_calls,
     record_compile,
+    step_data,
     step_source,
     step_text,
     step_viewer,
@@ -122,18 +122,22 @@ def test_step_text_is_pure_and_viewer_uses_it(eager_recording: Recording) -> Non
     assert "def _compile(" in text and not ADDRESS.search(text)
     with pytest.raises(IndexError, match="does not exist"):
         step_text(rec, len(rec))
-    viewer = step_viewer(rec, start=i)
-    slider, html_view = viewer.children
-    assert slider.max == len(rec) - 1 and "_compile" in html_view.value
-    assert "pipeline-step-view" in html_view._dom_classes
-    assert "pipeline-step-slider" in slider._dom_classes
-    assert pipeline_svg(rec.path_to(i)) in html_view.value  # the picture of the same step
-    assert 'data-active-stage="Dynamo frame hook"' in html_view.value  # convert_frame
     guards = rec.first("CheckFunctionManager.__init__").index
-    slider.value = guards
-    assert 'data-active-stage="guards"' in html_view.value
-    slider.value = 0
-    assert html.escape(rec[0].name) in html_view.value
+    viewer = step_viewer(rec, start=i, steps=[0, i, guards])
+    assert [s["index"] for s in viewer.steps] == [0, i, guards] and viewer.step == 1
+    assert viewer.steps[1] == step_data(rec, i) and viewer.steps[1]["name"] == head[0]
+    assert viewer.steps[1]["svg"] == pipeline_svg(rec.path_to(i))  # the picture of that step
+    assert 'data-active-stage="Dynamo frame hook"' in viewer.steps[1]["svg"]  # convert_frame
+    assert 'data-active-stage="guards"' in viewer.steps[2]["svg"]
+    assert text == f"{head[0]}\n{viewer.steps[1]['head']}\n\n{viewer.steps[1]['body']}"
+    assert viewer.steps[1]["url"] in text and viewer.steps[0]["name"] == rec[0].name
+    data, _ = viewer._repr_mimebundle_()
+    assert data["text/plain"] == text  # the text twin: step_text of the start
+    with pytest.raises(ValueError, match="not among the viewer's steps"):
+        step_viewer(rec, start=i, steps=[0, guards])
+    with pytest.raises(IndexError, match="does not exist"):
+        step_viewer(rec, steps=[0, len(rec)])
+    assert len(step_viewer(rec).steps) == len(rec)  # default: every step
 
 
 def test_recording_backend_summary() -> None:

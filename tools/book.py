@@ -11,11 +11,20 @@ Both editions (issue 15) go into one site: English at `<out>/` (the URLs it alwa
 at `<out>/zh/`, built from `notebooks/zh/` with the landing page `book/index.zh.md` (staged as
 `index.md`) and Sphinx's `language = "zh_CN"`. The two Sphinx runs are independent processes and
 run side by side. Every page carries a switch to the same page in the other edition (`book/conf.py`
-makes the link from the `-A peer_*` values passed here)."""
+makes the link from the `-A peer_*` values passed here).
+
+The step viewers (issue 27, `helpers.viewers`) move in the book: each viewer's stored display
+carries its widget state (`helpers.viewers.STATE_MIME`); staging moves it into the notebook's
+metadata (`widgets`, where MyST-NB looks for it), and the build serves the Jupyter widgets HTML
+manager (`@jupyter-widgets/html-manager`, from npm into `<venv>/share/widgets-html-manager`
+like reveal.js), RequireJS and anywidget's AMD module (from the installed Python package) from
+the book's `_static/widgets/`, never from a CDN. Without the HTML manager the viewers fall back
+to their text twin (the display's `text/plain`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -26,10 +35,20 @@ from typing import NamedTuple
 
 import nbformat
 
+from helpers.viewers import STATE_MIME, with_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 NOTEBOOKS = ROOT / "notebooks"
 DOCS = ROOT / "docs"
+# the Jupyter widgets HTML manager and RequireJS, installed from npm (the Makefile's widgets-deps)
+WIDGETS_NPM = Path(sys.prefix) / "share" / "widgets-html-manager" / "node_modules"
+HTML_MANAGER = WIDGETS_NPM / "@jupyter-widgets" / "html-manager" / "dist"
+REQUIREJS = WIDGETS_NPM / "requirejs" / "require.js"
+WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+# tells book/conf.py where the staged widget scripts are (a folder holding `widgets/`)
+WIDGETS_ENV = "BOOK_WIDGETS_STATIC"
 
 
 class Edition(NamedTuple):
@@ -59,17 +78,74 @@ LIVE_VIEW = re.compile(r"<iframe\b[^>]*\bsrc=\"https?://(127\.0\.0\.1|localhost)
 LIVE_VIEW_NOTE = "(a view served live by the notebook's kernel: run the notebook to see it)"
 
 
-def stage_notebook(source: Path, target: Path) -> int:
+def stage_notebook(source: Path, target: Path, widgets: bool = True) -> int:
     """Copy one notebook for the book; returns how many live-only outputs were replaced.
 
     An output whose HTML frames a server on this machine (started by the kernel, gone once it
     stopped) becomes a line of text saying so: in the book it would be an empty frame and a
-    failed request.
+    failed request. A step viewer's widget state moves from its display into the notebook's
+    metadata (`embed_widgets`); with `widgets=False` (no HTML manager to render it) the viewer's
+    display keeps only its text twin.
     """
     nb = nbformat.read(source, 4)
     replaced = drop_live_views(nb)
+    embed_widgets(nb, keep_views=widgets)
     nbformat.write(nb, target)
     return replaced
+
+
+def embed_widgets(nb, keep_views: bool = True) -> int:
+    """Move, in place, the widget state each viewer's display carries (`STATE_MIME`) into the
+    notebook's `widgets` metadata, the state MyST-NB embeds in the page for the HTML manager;
+    returns how many displays carried one. keep_views=False drops the widget views instead, so
+    the page shows the display's text/plain."""
+    state: dict = {}
+    found = 0
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if STATE_MIME not in data:
+                continue
+            found += 1
+            carried = data.pop(STATE_MIME)
+            if keep_views:
+                state.update(with_modules(carried["state"]))
+            else:
+                data.pop(WIDGET_VIEW_MIME, None)
+    if state:
+        nb.metadata["widgets"] = {
+            WIDGET_STATE_MIME: {"version_major": 2, "version_minor": 0, "state": state}
+        }
+    return found
+
+
+def stage_widgets(folder: Path) -> Path | None:
+    """Put the scripts the HTML manager needs into `folder/widgets/` (emptied first); returns
+    `folder`, or None when the HTML manager is not installed (`npm`, see WIDGETS_NPM)."""
+    if not (HTML_MANAGER / "embed-amd.js").exists() or not REQUIREJS.exists():
+        return None
+    import anywidget
+
+    target = folder / "widgets"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for path in HTML_MANAGER.iterdir():  # embed-amd.js and the fonts its CSS names (same folder)
+        if path.name == "embed-amd.js" or path.suffix in (
+            ".woff",
+            ".woff2",
+            ".ttf",
+            ".eot",
+            ".svg",
+        ):
+            shutil.copy2(path, target / path.name)
+    shutil.copy2(REQUIREJS, target / "require.js")
+    # anywidget's front end as an AMD module, from the installed package (its version matches
+    # the `_model_module_version` of every viewer's state)
+    amd = Path(anywidget.__file__).parent / "nbextension" / "index.js"
+    shutil.copy2(amd, target / "anywidget.js")
+    shutil.copy2(BOOK / "_static" / "widgets-config.js", target / "config.js")
+    return folder
 
 
 def drop_live_views(nb) -> int:
@@ -84,7 +160,7 @@ def drop_live_views(nb) -> int:
     return replaced
 
 
-def stage(staging: Path, lang: str = "en") -> Path:
+def stage(staging: Path, lang: str = "en", widgets: bool = True) -> Path:
     """Copy the book's sources into `staging` (emptied first); returns it."""
     if staging.exists():
         shutil.rmtree(staging)
@@ -96,7 +172,7 @@ def stage(staging: Path, lang: str = "en") -> Path:
         if suffix in ("md", f"{lang}.md"):
             shutil.copy2(path, staging / f"{name}.md")
     for nb in notebooks(lang):
-        stage_notebook(nb, staging / "notebooks" / nb.name)
+        stage_notebook(nb, staging / "notebooks" / nb.name, widgets=widgets)
     if DOCS.is_dir():
         (staging / "docs").mkdir()
         for doc in DOCS.glob("*.md"):
@@ -158,7 +234,15 @@ def build(
     """
     start = time.monotonic()
     editions = list(EDITIONS.values()) if both else [EDITIONS[lang]]
-    stagings = {e.lang: stage(out.parent / "book-src" / e.lang, e.lang) for e in editions}
+    widgets = stage_widgets(out.parent / "book-src" / "_widgets")
+    env = dict(os.environ)
+    env.pop(WIDGETS_ENV, None)
+    if widgets:
+        env[WIDGETS_ENV] = str(widgets)
+    stagings = {
+        e.lang: stage(out.parent / "book-src" / e.lang, e.lang, widgets=bool(widgets))
+        for e in editions
+    }
     runs = []
     for edition in editions:
         peer = None
@@ -167,7 +251,7 @@ def build(
             peer = (other, stagings[other.lang])
         target = out / edition.subfolder if both else out
         cmd = sphinx_command(stagings[edition.lang], target, edition, peer, jobs, quiet)
-        runs.append((cmd, subprocess.Popen(cmd, cwd=ROOT)))
+        runs.append((cmd, subprocess.Popen(cmd, cwd=ROOT, env=env)))
     failed = [(cmd, proc.wait()) for cmd, proc in runs]
     for cmd, code in failed:
         if code:

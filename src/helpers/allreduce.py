@@ -681,23 +681,22 @@ def ring_step_html(sim: RingSimulation, step: int) -> str:
 
 
 def ring_step_viewer(sim: RingSimulation) -> Any:
-    """An ipywidgets slider over the steps of `sim`, showing `ring_step_html` (picture + text).
+    """A slider over the steps of `sim` drawn in the browser (`helpers.viewers.RingViewer`): each
+    step's picture (`helpers.pictures.ring_svg`) and text (`ring_step_text`), computed here once.
 
-    DOM hooks for browser tests: the slider has class `ring-step-slider`, the HTML widget
-    `ring-step-view`; inside it `svg.ring-svg[data-step]` and one `g.transfer[data-chunk]` per
-    arrow change with the slider.
+    It moves in JupyterLab and in the static book alike; its plain-text twin is step 0's text.
+    DOM hooks for browser tests: `.ring-step-view`, the slider `.ring-step-slider` (an
+    `input[type=range]`, readout `.ring-step-readout`); inside the view `svg.ring-svg[data-step]`,
+    one `g.transfer[data-from][data-chunk][data-to]` per arrow and `pre.ring-step-text` change
+    with the slider.
     """
-    import ipywidgets as widgets
+    from helpers.viewers import RingViewer
 
-    def render(step: int) -> str:
-        return ring_step_html(sim, step)
-
-    slider = widgets.IntSlider(value=0, min=0, max=len(sim.steps) - 1, description="step")
-    slider.add_class("ring-step-slider")
-    view = widgets.HTML(value=render(0))
-    view.add_class("ring-step-view")
-    slider.observe(lambda change: setattr(view, "value", render(change["new"])), names="value")
-    return widgets.VBox([slider, view])
+    steps = [
+        {"step": i, "svg": ring_svg(sim.steps, i), "text": ring_step_text(sim, i)}
+        for i in range(len(sim.steps))
+    ]
+    return RingViewer(steps, text=steps[0]["text"])
 
 
 @dataclass(frozen=True)

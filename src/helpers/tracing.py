@@ -14,9 +14,10 @@ thread that start it or wait for it.
   lowering and code generation run even after an earlier compile (a compiled C++ library that is
   already on disk may still be reused).
 - `step_text(recording, i)` (pure, printable), `step_source(recording, i)` (the data) and
-  `step_viewer(recording)` (an ipywidgets slider) show one step: dotted name, location,
-  permalink and the first lines of its installed source; the viewer also draws where the step
-  sits in the compile pipeline (`helpers.pictures.pipeline_svg`).
+  `step_viewer(recording)` (a slider drawn in the browser by `helpers.viewers`, fed with
+  `step_data`) show one step: dotted name, location, permalink and the first lines of its
+  installed source; the viewer also draws where the step sits in the compile pipeline
+  (`helpers.pictures.pipeline_svg`).
 - `RecordingBackend`: a `torch.compile` backend that keeps every FX `GraphModule` it receives;
   `op_counts` counts a graph's ops with `helpers.compile_tools.graph_ops`, named without memory
   addresses.
@@ -24,7 +25,6 @@ thread that start it or wait for it.
 
 from __future__ import annotations
 
-import html
 import importlib.util
 import os
 import re
@@ -47,6 +47,7 @@ __all__ = [
     "record_calls",
     "record_compile",
     "step_source",
+    "step_data",
     "step_text",
     "step_viewer",
 ]
@@ -402,44 +403,52 @@ def step_text(recording: Recording, i: int, lines: int = 15, numbered: bool = Tr
     return "\n".join(head + [f"  {view.url}", "", view.code])
 
 
-def _step_html(recording: Recording, i: int, lines: int) -> str:
-    step = recording[i]
-    view = step_source(recording, i, lines)
-    text = step_text(recording, i, lines)
-    link = f'<a href="{html.escape(view.url)}" target="_blank">permalink</a>' if view else ""
-    head, _, body = text.partition("\n\n")
+def step_data(recording: Recording, i: int, lines: int = 15) -> dict[str, Any]:
+    """What `step_viewer` shows at step `i`, as plain JSON: `index`, `name`, `url` (the
+    permalink, "" without source), `head` (location and caller: `step_text`'s lines after the
+    name), `body` (the start of its source) and `svg` (`helpers.pictures.pipeline_svg` of its
+    call path)."""
+    step = _require_step(recording, i)
+    view = step_source(recording, step.index, lines)
+    head, _, body = step_text(recording, step.index, lines).partition("\n\n")
     head = head.partition("\n")[2]  # the name is the title already
-    return (
-        f'<div class="pipeline-step" data-step="{step.index}">'
-        f"{pipeline_svg(recording.path_to(step.index))}"
-        f"<div><b><code>{html.escape(step.name)}</code></b> {link}</div>"
-        f"<pre>{html.escape(head)}</pre><pre>{html.escape(body)}</pre></div>"
-    )
+    return {
+        "index": step.index,
+        "name": step.name,
+        "url": view.url if view else "",
+        "head": head,
+        "body": body,
+        "svg": pipeline_svg(recording.path_to(step.index)),
+    }
 
 
-def step_viewer(recording: Recording, start: int = 0, lines: int = 15) -> Any:
-    """An ipywidgets slider over the steps; its content is `step_text` (as HTML) under the
-    pipeline diagram of `helpers.pictures.pipeline_svg` with the step's stage highlighted.
+def step_viewer(
+    recording: Recording, start: int = 0, lines: int = 15, steps: Sequence[int] | None = None
+) -> Any:
+    """A slider over steps of the recording, drawn in the browser
+    (`helpers.viewers.CallPathViewer`): each step's `step_data` (its `step_text` under the
+    pipeline diagram of `helpers.pictures.pipeline_svg`, its stage highlighted), computed here.
 
-    DOM hooks for browser tests: the slider has class `pipeline-step-slider`, the HTML widget
-    `pipeline-step-view`; inside it `svg.pipeline-svg[data-active-stage][data-step]` and the
-    `g.stage[data-active="true"]` box change with the slider.
+    `steps`: the step indices the slider walks, in order (default: every step; a long recording
+    is better cut, e.g. to the call paths of its landmarks: every step's data travels with the
+    widget); `start` is a step index among them. It moves in JupyterLab and in the static book
+    alike; its plain-text twin is `step_text` of `start`. DOM hooks for browser tests:
+    `.pipeline-step-view`, the slider `.pipeline-step-slider` (an `input[type=range]`, readout
+    `.pipeline-step-readout`); inside the view `svg.pipeline-svg[data-active-stage][data-step]`,
+    the `g.stage[data-active="true"]` box, `.pipeline-step-name` and `pre.pipeline-step-text`
+    change with the slider.
     """
-    import ipywidgets as widgets
+    from helpers.viewers import CallPathViewer
 
     _require_step(recording, start)
-    slider = widgets.IntSlider(
-        value=start, min=0, max=len(recording) - 1, description="step", continuous_update=False
-    )
-    slider.add_class("pipeline-step-slider")
-    view = widgets.HTML(value=_step_html(recording, start, lines))
-    view.add_class("pipeline-step-view")
-
-    def update(change: dict[str, Any]) -> None:
-        view.value = _step_html(recording, change["new"], lines)
-
-    slider.observe(update, names="value")
-    return widgets.VBox([slider, view])
+    chosen = list(range(len(recording))) if steps is None else [int(i) for i in steps]
+    for i in chosen:
+        _require_step(recording, i)
+    if start not in chosen:
+        raise ValueError(f"start {start} is not among the viewer's steps")
+    data = [step_data(recording, i, lines) for i in chosen]
+    text = step_text(recording, start, lines)
+    return CallPathViewer(data, start=chosen.index(start), text=text)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""Step viewers whose view runs in the browser (issue 27): anywidget widgets fed with recorded data.
+
+Used by: `helpers.allreduce.ring_step_viewer` (notebook 05) and `helpers.tracing.step_viewer`
+(notebook 01). A viewer only replays data computed once in Python (every step's picture and
+text, as plain JSON in the widget's `steps` trait); the slider, the picture and the text are
+drawn by one ES module per viewer (`ring.js`, `callpath.js` next to this file), so the same
+widget moves in JupyterLab (the kernel only hears the `step` it is at) and in the static book,
+where the Jupyter widgets HTML manager renders it from its embedded state, with no kernel.
+
+Deterministic outputs: a widget's model id (and its layout's) is a hash of its class and data
+instead of a random uuid (a second live widget with the same data gets `-2`, `-3`, ...), and
+its display carries, next to the widget view, the state the book embeds (`STATE_MIME`: the
+widget state of it and its layout, as `ipywidgets.embed.dependency_state` gives it, without the
+ES module's text, which `with_modules` adds back from the file when the book is built), so the
+stored notebook is the same on every run, holds data only (nbval compares it) and `tools/book.py`
+needs no kernel. The `text/plain` of the display is the viewer's first step as text: what a
+text frontend shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import ipywidgets
+import traitlets
+from ipywidgets.embed import dependency_state
+
+__all__ = ["STATE_MIME", "CallPathViewer", "RingViewer", "StepViewer", "esm_path", "with_modules"]
+
+HERE = Path(__file__).resolve().parent
+# the widget state a viewer's display carries for the book (tools/book.py moves it into the
+# notebook's metadata, where MyST-NB looks for it): our own name, so that no frontend acts on it
+STATE_MIME = "application/vnd.pytorch-source-reading.widget-state+json"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def esm_path(name: str) -> Path:
+    """The ES module file of a viewer (`ring`, `callpath`)."""
+    return HERE / f"{name}.js"
+
+
+def _unique_id(base: str) -> str:
+    """`base`, or `base-2`, `base-3`, ... when a live widget in this process already has it."""
+    live = ipywidgets.widgets.widget._instances
+    model_id, n = base, 1
+    while model_id in live or f"{model_id}-layout" in live:
+        n += 1
+        model_id = f"{base}-{n}"
+    return model_id
+
+
+class StepViewer(anywidget.AnyWidget):
+    """A slider over recorded steps; `steps[i]` is step i's data (what the ES module draws)."""
+
+    steps = traitlets.List(traitlets.Dict()).tag(sync=True)
+    step = traitlets.Int(0).tag(sync=True)  # the slider's position in `steps`
+    label = traitlets.Unicode("step").tag(sync=True)
+
+    def __init__(self, steps: list[dict[str, Any]], start: int = 0, text: str = "", **kwargs):
+        if not steps:
+            raise ValueError(f"{type(self).__name__} needs at least one step")
+        if not 0 <= start < len(steps):
+            raise ValueError(f"start must be in [0, {len(steps) - 1}], got {start}")
+        digest = hashlib.sha256(
+            json.dumps([type(self).__name__, steps, start], sort_keys=True).encode()
+        ).hexdigest()[:32]
+        model_id = _unique_id(digest)
+        layout = ipywidgets.Layout(model_id=f"{model_id}-layout")
+        self._text = text
+        super().__init__(steps=steps, step=start, layout=layout, model_id=model_id, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {len(self.steps)} steps>"
+
+    def close(self) -> None:
+        """Close the widget and its layout (which holds the derived id `<model id>-layout`)."""
+        layout = self.layout
+        super().close()
+        layout.close()
+
+    def embed_state(self) -> dict[str, Any]:
+        """The widget state of this viewer and its layout, as plain JSON, without the ES
+        module's text (`with_modules` adds it): what its display carries for the book."""
+        state = json.loads(json.dumps(dependency_state(self, drop_defaults=False)))
+        state[self.model_id]["state"].pop("_esm")
+        return {"version_major": 2, "version_minor": 0, "state": state}
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict]:
+        view = {"version_major": 2, "version_minor": 0, "model_id": self.model_id}
+        data = {"text/plain": self._text, WIDGET_VIEW_MIME: view, STATE_MIME: self.embed_state()}
+        return data, {}
+
+
+class RingViewer(StepViewer):
+    """The ring all-reduce, step by step (`helpers.allreduce.ring_step_viewer`).
+
+    `steps[i]`: `{"step": i, "svg": ring_svg(...), "text": ring_step_text(...)}`. DOM hooks:
+    `.ring-step-view`, its slider `.ring-step-slider` (`input[type=range]`, readout
+    `.ring-step-readout`), the picture `svg.ring-svg[data-step]`, the text `pre.ring-step-text`.
+    """
+
+    _esm = esm_path("ring").read_text()
+
+
+class CallPathViewer(StepViewer):
+    """A recorded compile call path, step by step (`helpers.tracing.step_viewer`).
+
+    `steps[i]`: `{"index", "name", "url", "head", "body", "svg"}`. DOM hooks:
+    `.pipeline-step-view`, its slider `.pipeline-step-slider` (`input[type=range]`, readout
+    `.pipeline-step-readout`), the picture `svg.pipeline-svg[data-active-stage][data-step]`, the
+    step's name `.pipeline-step-name` and text `pre.pipeline-step-text`.
+    """
+
+    _esm = esm_path("callpath").read_text()
+
+
+VIEWERS = {f"{cls.__module__}.{cls.__name__}": cls for cls in (RingViewer, CallPathViewer)}
+
+
+def with_modules(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a widget state (`{model id: model}`, as `embed_state()["state"]`) in which
+    each viewer's model has its ES module's text (`_esm`, from its file) again; the HTML manager
+    needs it to draw the viewer. Raises ValueError for a viewer this module does not know."""
+    out = json.loads(json.dumps(state))
+    for model_id, model in out.items():
+        anywidget_id = model["state"].get("_anywidget_id")
+        if anywidget_id is None:
+            continue  # a layout
+        if anywidget_id not in VIEWERS:
+            raise ValueError(f"widget {model_id}: unknown viewer {anywidget_id!r}")
+        model["state"]["_esm"] = str(VIEWERS[anywidget_id]._esm)
+    return out

@@ -1,0 +1,85 @@
+// The compile call-path viewer (helpers.viewers.CallPathViewer): a slider over recorded steps of
+// a torch.compile call; each step's pipeline picture (SVG text), name, permalink and source text
+// come from Python in the `steps` trait, so this module only shows them. It runs in JupyterLab
+// and in the static book (the widgets HTML manager) alike.
+
+function render({ model, el }) {
+  const steps = model.get("steps");
+  const root = document.createElement("div");
+  root.className = "pipeline-step-view";
+
+  const bar = document.createElement("label");
+  bar.className = "pipeline-step-slider";
+  bar.style.cssText = "display:flex;align-items:center;gap:0.6em;margin-bottom:0.4em";
+  const name = document.createElement("span");
+  name.textContent = model.get("label");
+  const range = document.createElement("input");
+  range.type = "range";
+  range.min = "0";
+  range.max = String(steps.length - 1);
+  range.step = "1";
+  range.setAttribute("aria-label", "call path step");
+  const readout = document.createElement("span");
+  readout.className = "pipeline-step-readout";
+  bar.append(name, range, readout);
+
+  const body = document.createElement("div");
+  body.className = "pipeline-step";
+  const picture = document.createElement("div");
+  picture.style.overflowX = "auto";
+  const title = document.createElement("div");
+  const code = document.createElement("code");
+  const strong = document.createElement("b");
+  strong.className = "pipeline-step-name";
+  strong.append(code);
+  const link = document.createElement("a");
+  link.target = "_blank";
+  link.rel = "noopener";
+  link.textContent = "permalink";
+  title.append(strong, " ", link);
+  const text = document.createElement("pre");
+  text.className = "pipeline-step-text";
+  const source = document.createElement("pre");
+  source.className = "pipeline-step-source";
+  body.append(picture, title, text, source);
+  root.append(bar, body);
+  el.append(root);
+
+  function show() {
+    const i = model.get("step");
+    const shown = steps[i];
+    range.value = String(i);
+    readout.textContent = `${i + 1} of ${steps.length}`;
+    body.dataset.step = String(shown.index);
+    picture.innerHTML = shown.svg; // our own SVG text (helpers.pictures.pipeline_svg)
+    code.textContent = shown.name;
+    link.hidden = !shown.url;
+    link.href = shown.url || "";
+    text.textContent = shown.head;
+    source.textContent = shown.body;
+  }
+  function go(i) {
+    const step = Math.max(0, Math.min(steps.length - 1, i));
+    if (step === model.get("step")) return;
+    model.set("step", step);
+    model.save_changes(); // the kernel hears the step (nothing to hear in the static book)
+  }
+  range.addEventListener("input", () => go(Number(range.value)));
+  // the keys, handled here: JupyterLab's shortcuts would otherwise take the arrow keys
+  const keys = { ArrowRight: 1, ArrowUp: 1, ArrowLeft: -1, ArrowDown: -1 };
+  range.addEventListener("keydown", (event) => {
+    const i = model.get("step");
+    const to = event.key in keys ? i + keys[event.key]
+      : event.key === "Home" ? 0 : event.key === "End" ? steps.length - 1 : null;
+    if (to === null) return;
+    event.preventDefault();
+    event.stopPropagation();
+    go(to);
+  });
+  root.dataset.lmSuppressShortcuts = "true"; // Lumino: no shortcuts from inside the viewer
+  model.on("change:step", show);
+  show();
+  return () => model.off("change:step", show);
+}
+
+export default { render };

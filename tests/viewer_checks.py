@@ -1,0 +1,103 @@
+"""The step viewers' browser checks, shared by the JupyterLab test (tests/test_jupyterlab.py)
+and the book test (tests/test_book.py): what a viewer shows (read through the DOM hooks that
+`helpers.allreduce.ring_step_viewer` and `helpers.tracing.step_viewer` document), how a reader
+moves its slider (focus, one ArrowRight), and what must hold before and after the move."""
+
+from __future__ import annotations
+
+import re
+
+VIEW_TIMEOUT_S = 60.0  # for a view to redraw, on a loaded 2-core machine
+
+# the ring viewer (notebook 05)
+VIEW_STATE = """() => {
+  const view = document.querySelector('.ring-step-view');
+  const svg = view && view.querySelector('svg.ring-svg');
+  const text = view && view.querySelector('.ring-step-text');
+  return {
+    readout: view?.querySelector('.ring-step-slider .ring-step-readout')?.innerText ?? null,
+    text: text ? text.innerText : null,
+    svg_step: svg ? svg.getAttribute('data-step') : null,
+    transfers: svg ? Array.from(svg.querySelectorAll('g.transfer'), g =>
+      `r${g.dataset.from} -c${g.dataset.chunk}-> r${g.dataset.to}`) : null,
+  };
+}"""
+
+# the call-path viewer (notebook 01)
+CALLPATH_STATE = """() => {
+  const view = document.querySelector('.pipeline-step-view');
+  const svg = view && view.querySelector('svg.pipeline-svg');
+  const active = svg && svg.querySelector('g.stage[data-active="true"]');
+  return {
+    readout: view?.querySelector('.pipeline-step-slider .pipeline-step-readout')?.innerText ?? null,
+    name: view?.querySelector('.pipeline-step-name')?.innerText ?? null,
+    text: view?.querySelector('.pipeline-step-text')?.innerText ?? null,
+    svg_step: svg ? svg.getAttribute('data-step') : null,
+    svg_stage: svg ? svg.getAttribute('data-active-stage') : null,
+    active_box: active ? active.dataset.stage : null,
+  };
+}"""
+
+SLIDERS = {
+    VIEW_STATE: ".ring-step-view .ring-step-slider input[type=range]",
+    CALLPATH_STATE: ".pipeline-step-view .pipeline-step-slider input[type=range]",
+}
+
+
+def step_viewer(page, state: str = VIEW_STATE, timeout_s: float = VIEW_TIMEOUT_S):
+    """Move a viewer's slider one step with the keyboard, as a reader would; returns `state`
+    (VIEW_STATE or CALLPATH_STATE) before and after. Raises AssertionError when the view does
+    not redraw."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    before = page.evaluate(state)
+    page.locator(SLIDERS[state]).focus()
+    page.keyboard.press("ArrowRight")
+    try:
+        page.wait_for_function(
+            f"before => ({state})().text !== before",
+            arg=before["text"],
+            timeout=timeout_s * 1000,
+        )
+    except PlaywrightTimeout:
+        raise AssertionError(
+            f"the slider moved (readout {before['readout']!r} -> "
+            f"{page.evaluate(state)['readout']!r}) but the viewer's content did not change: "
+            "its view (src/helpers/viewers/*.js) did not redraw"
+        ) from None
+    return before, page.evaluate(state)
+
+
+def check_ring_steps(before: dict, after: dict) -> None:
+    """The ring viewer showed step 0, then step 1: readout, picture and text agree at each."""
+    for step, shown in enumerate((before, after)):
+        assert shown["readout"] == str(step) and shown["svg_step"] == str(step), (
+            f"ring viewer at step {step}: expected the readout and the picture's data-step to "
+            f"say {step}, found {shown}"
+        )
+        assert shown["text"] and shown["text"].startswith(f"step {step} of"), (
+            f"ring viewer at step {step}: expected its text to start 'step {step} of', "
+            f"found {shown['text']!r}"
+        )
+        # the picture's arrows are the sends the text lists ("r0 -c0-> r1": rank, chunk, rank)
+        sends = re.findall(r"r\d+ -c\d+-> r\d+", shown["text"])
+        assert sorted(shown["transfers"] or []) == sorted(sends), (
+            f"ring viewer at step {step}: expected the picture's arrows to be the sends {sends}, "
+            f"found {shown['transfers']}"
+        )
+    assert after["transfers"], f"step 1 should send chunks, the picture shows {after}"
+
+
+def check_callpath_step(shown: dict, expected: dict, position: int, count: int) -> None:
+    """The call-path viewer shows `expected` (one of its `steps`), at `position` of `count`:
+    readout, name, text, the picture's step and its highlighted stage box."""
+    stage = re.search(r'data-active-stage="([^"]*)"', expected["svg"])
+    want = {
+        "readout": f"{position + 1} of {count}",
+        "name": expected["name"],
+        "text": expected["head"],
+        "svg_step": str(expected["index"]),
+        "svg_stage": stage.group(1) if stage else None,
+        "active_box": stage.group(1) if stage else None,
+    }
+    assert shown == want, f"call-path viewer at {position}: expected {want}, found {shown}"
