@@ -381,3 +381,33 @@ def test_step_viewers_move_in_the_book(site, browser, lang: str) -> None:
         else:
             check_callpath_step(before, steps[start], start, len(steps))
             check_callpath_step(after, steps[start + 1], start + 1, len(steps))
+
+
+def test_staging_moves_viewer_state_into_metadata() -> None:
+    """A viewer's display carries its state (data only); staging puts it, with the ES module,
+    where MyST-NB looks (the notebook's `widgets` metadata), or, without the HTML manager,
+    leaves the text twin alone: no widget view for a page that could not draw it."""
+    from helpers.viewers import STATE_MIME, WIDGET_VIEW_MIME, RingViewer, esm_path
+
+    viewer = RingViewer([{"step": 0, "svg": "<svg/>", "text": "step 0 of 0"}], text="step 0 of 0")
+    data, _ = viewer._repr_mimebundle_()
+    model_id = viewer.model_id
+    viewer.close()
+
+    def notebook():
+        cell = nbformat.v4.new_code_cell("viewer", execution_count=1)
+        result = nbformat.v4.new_output("execute_result", data=dict(data), execution_count=1)
+        cell.outputs = [result]
+        return nbformat.v4.new_notebook(cells=[cell])
+
+    nb = notebook()
+    assert book.embed_widgets(nb) == 1
+    output = nb.cells[0].outputs[0]["data"]
+    assert STATE_MIME not in output and WIDGET_VIEW_MIME in output, sorted(output)
+    state = nb.metadata["widgets"][book.WIDGET_STATE_MIME]["state"]
+    assert state[model_id]["state"]["_esm"] == esm_path("ring").read_text()
+    assert set(state) == {model_id, f"{model_id}-layout"}, sorted(state)
+    bare = notebook()
+    assert book.embed_widgets(bare, keep_views=False) == 1
+    assert sorted(bare.cells[0].outputs[0]["data"]) == ["text/plain"]
+    assert "widgets" not in bare.metadata
