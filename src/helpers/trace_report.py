@@ -349,6 +349,10 @@ def _stable(text: str) -> str:
     return mask_unique_ids(_OBJECT_ID.sub(r"\1, ID)", text))
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _ops_text(ops: Counter[str]) -> str:
     return ", ".join(f"{op} x{n}" for op, n in sorted(ops.items()))
 
@@ -366,7 +370,7 @@ def report_text(report: TraceReport) -> str:
         return "trace: no compile recorded"
     names = {e.name for e in report.compiles}
     lines = [
-        f"trace: {len(report.compiles)} compiles of {len(names)} frames",
+        f"trace: {_count(len(report.compiles), 'compile')} of {_count(len(names), 'frame')}",
         f"{'compile':<8} {'frame':<32} {'graphs':>6} {'ops':>4} {'guards':>6}  notes",
     ]
     for e in report.compiles:
