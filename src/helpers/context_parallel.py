@@ -41,8 +41,11 @@ __all__ = [
     "allgather_attention",
     "allgather_worker",
     "strides_worker",
+    "pitfall_worker",
     "library_worker",
     "work_formula",
+    "work_grid",
+    "work_grid_svg",
 ]
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -251,7 +254,10 @@ def loss_weight(shape: Sequence[int]) -> torch.Tensor:
 
 
 def ring_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:
-    """Each case {causal, layout, shape}: this rank's out, lse, dq, dk, dv (lists) and work."""
+    """Each case {causal, layout, shape}: this rank's out, lse, dq, dk, dv (lists) and work.
+
+    A case with values=False returns only {"work": ...} (for long, timed sequences).
+    """
     results = []
     for case in cases:
         shape = case.get("shape", SHAPE)
@@ -261,6 +267,9 @@ def ring_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> 
         out, lse, work = ring_attention(q, k, v, case["causal"], layout)
         weight = split_sequence(loss_weight(shape), world_size, rank, layout)
         (out * weight).sum().backward()
+        if not case.get("values", True):  # timed cases: the work counts only
+            results.append({"work": work})
+            continue
         results.append(
             {
                 "out": out.detach().tolist(),
@@ -284,6 +293,66 @@ def work_formula(world_size: int, layout: str, seq_len: int) -> list[int]:
         return [(r + 1) * c * c for r in range(world_size)]
     c = seq_len // (2 * world_size)
     return [(2 * world_size + 1) * c * c for _ in range(world_size)]
+
+
+def work_grid(world_size: int, layout: str) -> list[list[int | None]]:
+    """Causal mask, 2N chunks: grid[i][j] is the rank that computes query chunk i on key chunk j.
+
+    None where no rank computes the pair (the block holding it is skipped). Under the contiguous
+    split a rank's block is two chunks wide, so the pair just above the diagonal inside its
+    diagonal block is computed (and masked inside the block) too.
+    """
+    parts = 2 * world_size
+    grid: list[list[int | None]] = [[None] * parts for _ in range(parts)]
+    for rank in range(world_size):
+        for qs, qn in chunks_of(parts, world_size, rank, layout):
+            for owner in range(world_size):
+                for ks, kn in chunks_of(parts, world_size, owner, layout):
+                    if ks > qs + qn - 1:
+                        continue  # skipped, as in block_attention
+                    for i in range(qs, qs + qn):
+                        for j in range(ks, ks + kn):
+                            grid[i][j] = rank
+    return grid
+
+
+_RANK_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948")
+
+
+def work_grid_svg(world_size: int, layout: str, cell_px: int = 22) -> str:
+    """work_grid as an SVG: rows are query chunks, columns key chunks, colour = computing rank.
+
+    A computed pair above the diagonal (all masked inside its block) is drawn pale. Deterministic.
+    """
+    grid = work_grid(world_size, layout)
+    n = len(grid)
+    left, top = 30, 34
+    width, height = left + n * cell_px + 120, top + n * cell_px + 10
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif">',
+        f'<text x="4" y="14" font-size="12">{layout} split, N={world_size}, causal: '
+        f"query chunk (row) x key chunk (column)</text>",
+    ]
+    for i, row in enumerate(grid):
+        out.append(f'<text x="4" y="{top + i * cell_px + 15}" font-size="10">q{i}</text>')
+        for j, rank in enumerate(row):
+            x, y = left + j * cell_px, top + i * cell_px
+            fill = "#ffffff" if rank is None else _RANK_COLOURS[rank % len(_RANK_COLOURS)]
+            opacity = "0.35" if rank is not None and j > i else "1"
+            out.append(
+                f'<rect x="{x}" y="{y}" width="{cell_px - 2}" height="{cell_px - 2}" '
+                f'fill="{fill}" fill-opacity="{opacity}" stroke="#999" stroke-width="0.5"/>'
+            )
+    for r in range(world_size):
+        y = top + r * 18
+        colour = _RANK_COLOURS[r % len(_RANK_COLOURS)]
+        out.append(
+            f'<rect x="{left + n * cell_px + 12}" y="{y}" width="12" height="12" fill="{colour}"/>'
+            f'<text x="{left + n * cell_px + 30}" y="{y + 10}" font-size="11">rank {r}</text>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)
 
 
 class _GatherSeq(torch.autograd.Function):
@@ -397,31 +466,48 @@ def strides_worker(rank: int, world_size: int) -> dict[str, Any]:
     return seen
 
 
+def pitfall_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> dict:
+    """Section 5 in one launch: allgather_worker(cases) and strides_worker()."""
+    return {
+        "variants": allgather_worker(rank, world_size, cases),
+        "strides": strides_worker(rank, world_size),
+    }
+
+
 def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:
-    """torch's context_parallel on CPU: per case {causal, backward}, what ran or what it raised."""
+    """torch's context_parallel on CPU: per case {causal, backward}, what ran or what it raised.
+
+    The buffers are sharded in place along S by the context manager (so they cannot require
+    grad on entry: "cannot resize variables that require grad"); they are made to require grad
+    inside it, where they are this rank's shards.
+    """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
 
     mesh = init_device_mesh("cpu", (world_size,))
     results = []
     for case in cases:
-        q, k, v = (t.clone().requires_grad_() for t in make_qkv(SHAPE))
+        q, k, v = (t.clone() for t in make_qkv(SHAPE))
         ref = reference(*make_qkv(SHAPE), case["causal"])
         t0 = time.perf_counter()
         try:
-            # context_parallel shards the buffers along seq_dims in place and restores them after
             with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+                shard_shape = tuple(q.shape)
+                for t in (q, k, v):
+                    t.requires_grad_(case["backward"])
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
-                local = out.to_local() if hasattr(out, "to_local") else out
                 expected = split_sequence(ref["out"], world_size, rank, "contiguous")
-                err = (local.detach() - expected).abs().max().item()
+                err = (out.detach() - expected).abs().max().item()
                 if case["backward"]:
-                    out.sum().backward()
+                    (
+                        out * split_sequence(loss_weight(SHAPE), world_size, rank, "contiguous")
+                    ).sum().backward()
             results.append(
                 {
                     "ok": True,
                     "error": err,
                     "type": type(out).__name__,
+                    "shard shape": shard_shape,
                     "s": time.perf_counter() - t0,
                 }
             )
@@ -430,7 +516,7 @@ def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) 
                 {
                     "ok": False,
                     "raised": type(exc).__name__,
-                    "message": str(exc)[:2000],
+                    "message": str(exc)[:3000],
                     "s": time.perf_counter() - t0,
                 }
             )
