@@ -1,7 +1,8 @@
 """The Chinese edition cannot drift from the English one (tools/zh.py, locale/zh, docs/glossary.md).
 
 - sync: every English notebook has a Chinese twin whose code cells, outputs, cell ids and
-  metadata are identical cell by cell, and whose markdown is exactly what the catalogs say
+  metadata are identical cell by cell (but for the stored check lines of converted judges, which
+  say in Chinese what a Chinese kernel prints), and whose markdown is exactly what the catalogs say
   (so the twin is generated, never hand-edited, and strict nbval of the English notebook covers
   the Chinese one: nbval does not collect notebooks/zh);
 - staleness: every English markdown cell has a current, non-fuzzy translation (the message
@@ -100,6 +101,9 @@ def test_translation_is_current(path: Path) -> None:
     )
 
 
+_CONVERTED = {m[2:] for m in zh.TRANSLATED_JUDGES if m.startswith("nb")}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_chinese_notebook_is_generated_and_in_sync(path: Path) -> None:
     twin = zh.ZH / path.name
@@ -114,7 +118,11 @@ def test_chinese_notebook_is_generated_and_in_sync(path: Path) -> None:
         assert c.metadata == e.metadata, f"{where}: metadata differs from the English cell"
         if e.cell_type == "code":
             assert c.source == e.source, f"{where}: code differs from the English cell"
-            assert c.outputs == e.outputs, f"{where}: outputs differ from the English cell"
+            # check lines of the stored starters are Chinese where the judges are converted
+            english = (
+                zh.check_outputs_in_chinese(e.outputs) if path.name[:2] in _CONVERTED else e.outputs
+            )
+            assert c.outputs == english, f"{where}: outputs differ from the English cell"
             assert c.execution_count == e.execution_count, f"{where}: execution count differs"
     expected = zh.translated(path)
     assert cn == expected, f"{twin.name} differs from what the catalogs generate: run `make zh`"
@@ -320,3 +328,21 @@ def test_a_kernel_in_notebooks_zh_prints_chinese() -> None:
     assert out[zh.EN].stdout.startswith("07.1 not yet: replace the `...`"), out[zh.EN].stdout
     assert out[zh.ZH].stdout.startswith("07.1 还不对：把上面"), out[zh.ZH].stdout
     assert out[zh.ZH].stderr == "", out[zh.ZH].stderr
+
+
+def test_stored_check_lines_of_a_chinese_twin_are_chinese() -> None:
+    twin = nbformat.read(zh.ZH / "07_batchnorm_and_syncbn.ipynb", 4)
+    stored = [
+        "".join(o.get("text", "") for o in c.outputs)
+        for c in twin.cells
+        if c.cell_type == "code" and re.search(r"^check\(\"07\.", c.source, re.M)
+    ]
+    want = [
+        f"07.{k} 还不对：把上面起始单元格里的 `...` 换成你的答案，再运行本单元格\n"
+        for k in range(1, 5)
+    ]
+    assert stored == want, stored
+    english = [
+        {"output_type": "stream", "name": "stdout", "text": "07.1 not yet: something else\n"}
+    ]
+    assert zh.check_outputs_in_chinese(english) == english, "a line not in the catalog stays"

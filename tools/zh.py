@@ -158,9 +158,43 @@ def translated(notebook: Path, po: polib.POFile | None = None):
         entry = entries.get(cell.id)
         if entry is not None and entry.msgstr:
             cell.source = join_cjk_lines(entry.msgstr)
+    if f"nb{notebook.name[:2]}" in TRANSLATED_JUDGES:
+        for cell in zh.cells:
+            if cell.cell_type == "code":
+                cell.outputs = check_outputs_in_chinese(cell.outputs)
     zh.metadata["language_info"] = dict(nb.metadata.get("language_info", {}))
     zh.metadata["translation"] = {"language": "zh-CN", "source": f"../{notebook.name}"}
     return zh
+
+
+_CHECK_LINE = re.compile(r"^(\d\d\.\d+) (correct|not yet): (.*)$", re.M)
+
+
+def check_outputs_in_chinese(outputs: list) -> list:
+    """A code cell's stored outputs with each check line ("05.1 not yet: ...") as a Chinese
+    kernel prints it, where the message is a catalog entry without fields (the untouched
+    starter's message, the one stored output a check cell has); everything else as it is.
+
+    The twin's code cells are byte-identical, so a Chinese reader who runs a check cell gets
+    Chinese (helpers.exercises.i18n); this makes the stored output, which the book shows, agree.
+    """
+    catalog = polib.pofile(str(EXERCISE_CATALOG), wrapwidth=0) if EXERCISE_CATALOG.exists() else []
+    chinese = {e.msgid: e.msgstr for e in catalog if e.msgstr and not e.fuzzy}
+    labels = {
+        label: chinese.get(f"{{key}} {label}: {{message}}") for label in ("correct", "not yet")
+    }
+
+    def line(m: re.Match) -> str:
+        key, label, message = m.groups()
+        if message not in chinese or "{" in message or labels[label] is None:
+            return m.group()
+        return labels[label].format(key=key, message=chinese[message])
+
+    out = copy.deepcopy(outputs)
+    for o in out:
+        if o.get("output_type") == "stream" and o.get("name") == "stdout":
+            o["text"] = _CHECK_LINE.sub(line, o["text"])
+    return out
 
 
 def build(notebook: Path) -> Path:
