@@ -139,19 +139,34 @@ def test_first_iteration_one_bucket_matches_the_reducer(ddp06: list[dict]) -> No
 
 
 # --------------------------------------------------------------------------------------------
-# workers on 2 ranks (one launch for 06, one for 08)
+# workers on 2 ranks: notebook 06's and 08's in one launch (each launch starts two fresh
+# interpreters that import torch; every worker builds its own models, so they share nothing but
+# the process group)
+
+JOBS_06 = [
+    (init_broadcast_worker, ()),
+    (initial_buckets_worker, (FIRST_ITERATION_OPTIONS,)),
+    (buffer_sync_worker, (["train", "train", "eval", "train+no_grad", "train"],)),
+    (bucket_worker, (2,)),
+    (equivalence_worker, ()),
+]
+JOBS_08 = [
+    (no_sync_worker, ()),
+    (accumulation_worker, (3,)),
+    (pitfall_worker, ()),
+    (unused_params_worker, ()),
+    (amp_worker, ()),
+]
 
 
 @pytest.fixture(scope="module")
-def ddp06() -> list[dict]:
-    jobs = [
-        (init_broadcast_worker, ()),
-        (initial_buckets_worker, (FIRST_ITERATION_OPTIONS,)),
-        (buffer_sync_worker, (["train", "train", "eval", "train+no_grad", "train"],)),
-        (bucket_worker, (2,)),
-        (equivalence_worker, ()),
-    ]
-    return launch(jobs_worker, 2, (jobs,), timeout_s=180)
+def two_ranks() -> list[dict]:
+    return launch(jobs_worker, 2, (JOBS_06 + JOBS_08,), timeout_s=300)
+
+
+@pytest.fixture(scope="module")
+def ddp06(two_ranks: list[dict]) -> list[dict]:
+    return two_ranks
 
 
 def test_construction_broadcasts_params_and_buffers(ddp06: list[dict]) -> None:
@@ -223,15 +238,8 @@ def test_ddp_step_equals_large_batch_step(ddp06: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def ddp08() -> list[dict]:
-    jobs = [
-        (no_sync_worker, ()),
-        (accumulation_worker, (3,)),
-        (pitfall_worker, ()),
-        (unused_params_worker, ()),
-        (amp_worker, ()),
-    ]
-    return launch(jobs_worker, 2, (jobs,), timeout_s=180)
+def ddp08(two_ranks: list[dict]) -> list[dict]:
+    return two_ranks
 
 
 def test_no_sync_keeps_grads_local_then_averages(ddp08: list[dict]) -> None:

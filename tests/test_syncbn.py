@@ -1,7 +1,7 @@
 """CPUSyncBatchNorm against nn.BatchNorm on the concatenated batch (helpers.syncbn).
 
-Three launches in all (2 ranks for the checks, 2 for the cost worker, 4 ranks), each running
-several scenarios, because starting ranks dominates the cost.
+Two launches in all (2 ranks for the checks and the cost worker, 4 ranks), each running several
+scenarios, because starting ranks dominates the cost.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from helpers import syncbn
+from helpers.ddp import jobs_worker
 from helpers.launch import launch
 from helpers.syncbn import (
     CPUSyncBatchNorm,
@@ -53,15 +54,27 @@ SCENARIOS_4 = [
 
 
 @pytest.fixture(scope="module")
-def two_ranks():
-    result = launch(syncbn.checks_worker, 2, (SCENARIOS_2, 7, SINGLE, True))
+def two_rank_launch():
+    """The cost worker, then every 2-rank check, in one launch (each launch starts fresh
+    interpreters that import torch); the checks go last: their native-SyncBN probe raises
+    inside the group on purpose."""
+    jobs = [
+        (syncbn.syncbn_cost_worker, (2,)),
+        (syncbn.checks_worker, (SCENARIOS_2, 7, SINGLE, True)),
+    ]
+    result = launch(jobs_worker, 2, (jobs,), timeout_s=300)
     assert result.outputs == ["", ""], result.outputs  # workers stay quiet
     return result
 
 
 @pytest.fixture(scope="module")
-def cost():
-    return launch(syncbn.syncbn_cost_worker, 2, (2,), timeout_s=120)
+def two_ranks(two_rank_launch):
+    return [r["checks_worker"] for r in two_rank_launch]
+
+
+@pytest.fixture(scope="module")
+def cost(two_rank_launch):
+    return [r["syncbn_cost_worker"] for r in two_rank_launch]
 
 
 @pytest.fixture(scope="module")
