@@ -11,13 +11,18 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 REVEAL_VERSION := 4.6.1
 REVEAL_DIR := $(VENV)/share/reveal.js
 REVEAL_STAMP := $(REVEAL_DIR)/.installed-$(REVEAL_VERSION)
+# the Jupyter widgets HTML manager and RequireJS for the book's step viewers (issue 27), from npm
+WIDGETS_DIR := $(VENV)/share/widgets-html-manager
+HTML_MANAGER_VERSION := 1.0.15
+REQUIREJS_VERSION := 2.3.7
+WIDGETS_STAMP := $(WIDGETS_DIR)/.installed-$(HTML_MANAGER_VERSION)-$(REQUIREJS_VERSION)
 # pytest-xdist: one worker per core; each test file and each notebook runs whole on one worker,
 # longest first (conftest.py: the units, their order, the files that share a build)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 TIMINGS := _build/timings
 
-.PHONY: help lab test test-lax unit execute zh lint bench system-deps slides-deps book slides \
+.PHONY: help lab test test-lax unit execute zh lint bench system-deps slides-deps widgets-deps book slides \
 	slurm-check clean timings
 
 help: ## list the targets
@@ -37,9 +42,10 @@ $(STAMP): requirements.txt pyproject.toml
 
 # Debian packages: headless Chromium (the browser tests) and npm (reveal.js for the slides)
 APT_NEEDS = $(if $(shell command -v chromium || command -v chromium-browser),,chromium) \
-	$(if $(shell command -v npm),,npm)
+	$(if $(shell command -v npm),,npm) \
+	$(if $(shell fc-list :lang=zh family 2>/dev/null),,fonts-noto-cjk)
 
-system-deps: ## install what pip cannot (headless Chromium for the browser tests, npm for reveal.js)
+system-deps: ## install what pip cannot (headless Chromium and a CJK font for the browser tests, npm for reveal.js and the widget manager)
 	@[ -z "$(strip $(APT_NEEDS))" ] || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_NEEDS) >/dev/null; \
@@ -59,24 +65,35 @@ $(REVEAL_STAMP): | $(STAMP) system-deps
 	  npm install --prefix $(REVEAL_DIR) --no-save --no-package-lock --no-audit --no-fund \
 	    --loglevel=error reveal.js@$(REVEAL_VERSION) && touch $(REVEAL_STAMP); fi
 
+widgets-deps: $(WIDGETS_STAMP) ## install the Jupyter widgets HTML manager (npm, pinned) into the venv for the book
+
+$(WIDGETS_STAMP): | $(STAMP) system-deps
+	@if ! command -v npm >/dev/null; then \
+	  echo "warning: no npm (Debian: apt-get install npm): the book's step viewers show their text twins, their test is skipped"; \
+	else \
+	  rm -rf $(WIDGETS_DIR) && mkdir -p $(WIDGETS_DIR) && \
+	  npm install --prefix $(WIDGETS_DIR) --no-save --no-package-lock --no-audit --no-fund \
+	    --loglevel=error @jupyter-widgets/html-manager@$(HTML_MANAGER_VERSION) \
+	    requirejs@$(REQUIREJS_VERSION) && touch $(WIDGETS_STAMP); fi
+
 lab: $(STAMP) ## open the notebooks in JupyterLab at the orientation notebook (http://127.0.0.1:8888)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 $(ROOT_FLAG) \
 		--LabApp.default_url=/lab/tree/00_orientation.ipynb
 
-test: $(STAMP) system-deps slides-deps ## unit tests + every notebook re-executed and diffed (strict nbval)
+test: $(STAMP) system-deps slides-deps widgets-deps ## unit tests + every notebook re-executed and diffed (strict nbval)
 	$(BIN)/python -m pytest $(PARALLEL) --nbval -q tests notebooks
 
-test-lax: $(STAMP) system-deps slides-deps ## same, comparing only asserts (GPU machines, other torch versions)
+test-lax: $(STAMP) system-deps slides-deps widgets-deps ## same, comparing only asserts (GPU machines, other torch versions)
 	$(BIN)/python -m pytest $(PARALLEL) --nbval-lax -q tests notebooks
 
-unit: $(STAMP) slides-deps ## unit tests only
+unit: $(STAMP) slides-deps widgets-deps ## unit tests only
 	$(BIN)/python -m pytest $(PARALLEL) -q tests
 
-timings: $(STAMP) system-deps slides-deps ## make test, timed: wall and CPU per test file and notebook (_build/timings.md)
+timings: $(STAMP) system-deps slides-deps widgets-deps ## make test, timed: wall and CPU per test file and notebook (_build/timings.md)
 	rm -rf $(TIMINGS)
 	$(BIN)/python -m pytest $(PARALLEL) --nbval -q -p tools.timings --timings-out=$(TIMINGS) \
 		tests notebooks; status=$$?; \
-	$(BIN)/python tools/timings.py $(TIMINGS) --label "make timings, JOBS=$(JOBS), $$(date -u +%F)" \
+	$(BIN)/python tools/timings.py $(TIMINGS) --items 25 --label "make timings, JOBS=$(JOBS), $$(date -u +%F)" \
 		--weights $(TIMINGS)/weights.json > $(TIMINGS).md; cat $(TIMINGS).md; \
 	echo "per-file weights for conftest.py's order: cp $(TIMINGS)/weights.json tools/test_weights.json"; \
 	exit $$status
@@ -102,7 +119,7 @@ execute: $(STAMP) ## re-run notebooks in place to refresh stored outputs (NB=pat
 zh: $(STAMP) ## sync the Chinese catalogs (locale/zh) with the English notebooks, regenerate notebooks/zh
 	$(BIN)/python tools/zh.py all
 
-book: $(STAMP) ## the rendered book of every notebook from its stored outputs, in _build/book
+book: $(STAMP) widgets-deps ## the rendered book of every notebook from its stored outputs, in _build/book
 	$(BIN)/python tools/book.py --out _build/book
 
 slides: $(STAMP) slides-deps ## reveal.js slides of notebooks (NB=path to pick one) in _build/slides
