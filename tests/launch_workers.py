@@ -72,3 +72,28 @@ def sockets_worker(rank: int, world_size: int) -> list[str]:
     t = torch.ones(4)
     dist.all_reduce(t)  # make sure every transport is connected
     return listening_sockets()
+
+
+def funcol_backward_worker(rank: int, world_size: int, ops: list[str]) -> dict[str, bool]:
+    """Per reduce op whose forward runs: does funcol.all_reduce's output have a backward? In a
+    one-rank gloo group (this rank's own subgroup). For tests/test_syncbn.py."""
+    import torch.distributed._functional_collectives as funcol
+
+    groups = [dist.new_group([r]) for r in range(world_size)]  # every rank creates each group
+    out = {}
+    for op in ops:
+        x = torch.ones(3, requires_grad=True)
+        try:
+            y = funcol.all_reduce(x, op, groups[rank])
+        except (
+            RuntimeError,
+            AssertionError,
+        ):  # no forward by that name (premul_sum takes a factor)
+            continue
+        try:
+            y.sum().backward()
+            out[op] = True
+        except RuntimeError as err:
+            assert "backward only supports" in str(err), str(err)
+            out[op] = False
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 
+import launch_workers as w
 import pytest
 import torch
 from torch import nn
@@ -61,6 +62,7 @@ def two_rank_launch():
     jobs = [
         (syncbn.syncbn_cost_worker, (2,)),
         (syncbn.checks_worker, (SCENARIOS_2, 7, SINGLE, True)),
+        (w.funcol_backward_worker, (list(syncbn.REDUCE_OPS),)),
     ]
     result = launch(jobs_worker, 2, (jobs,), timeout_s=300)
     assert result.outputs == ["", ""], result.outputs  # workers stay quiet
@@ -282,41 +284,12 @@ def test_count_collectives_sees_nothing_without_collectives():
     assert syncbn.count_collectives(lambda: torch.ones(3).sum()) == {}
 
 
-def test_all_reduce_backward_ops_match_a_real_group(tmp_path):
-    """The probe (no process group) agrees with real backwards in a one-rank gloo group: an op
-    whose forward runs has a backward exactly where the probe names one, and "sum" always has
-    (ours relies on it)."""
-    import json
-    import subprocess
-    import sys
-
-    from helpers.processes import child_env
-
-    code = f"""
-import json, torch, torch.distributed as dist
-import torch.distributed._functional_collectives as funcol
-dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1)
-out = {{}}
-for op in {list(syncbn.REDUCE_OPS)!r}:
-    x = torch.ones(3, requires_grad=True)
-    try:
-        y = funcol.all_reduce(x, op, dist.group.WORLD)
-    except (RuntimeError, AssertionError):  # no forward by that name (premul_sum takes a factor)
-        continue
-    try:
-        y.sum().backward()
-        out[op] = True
-    except RuntimeError as err:
-        assert "backward only supports" in str(err), str(err)
-        out[op] = False
-dist.destroy_process_group()
-print(json.dumps(out))
-"""
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    real = json.loads(done.stdout.strip().splitlines()[-1])
+def test_all_reduce_backward_ops_match_a_real_group(two_rank_launch):
+    """The probe (no process group) agrees with real backwards in a one-rank gloo group (each
+    rank's own subgroup, in the 2-rank launch): an op whose forward runs has a backward exactly
+    where the probe names one, and "sum" always has (ours relies on it)."""
+    real, other = (r["funcol_backward_worker"] for r in two_rank_launch)
+    assert real == other, f"expected both ranks' groups to agree, found {real} and {other}"
     probed = syncbn.all_reduce_backward_ops()
     assert probed["sum"] == "sum", probed
     expected = {op: probed[op] is not None for op in real}
