@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers import context_parallel as cp
-from helpers.launch import launch
+from helpers.launch import LaunchTimeout, launch
 
 
 @pytest.mark.parametrize(
@@ -117,3 +117,13 @@ def test_reference_is_sdpa() -> None:
     q, k, v = cp.make_qkv()
     ref = cp.reference(q, k, v, True)
     assert torch.equal(ref["out"], F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_without_the_tie_causal_backward_deadlocks() -> None:
+    # rank 0 of the contiguous split skips every shifted block, so autograd never runs its
+    # RingShift.backward, and rank 1 waits for it in its own: the launch times out on rank 1
+    case = dict(causal=True, layout="contiguous", tie=False)
+    with pytest.raises(LaunchTimeout) as info:
+        launch(cp.ring_worker, 2, args=([case],), backend="gloo", timeout_s=40)
+    assert info.value.ranks == [1], f"expected rank 1 stuck, found {info.value.ranks}"
+    assert "backward" in str(info.value), f"expected rank 1 stuck in backward: {info.value}"

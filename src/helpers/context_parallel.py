@@ -179,12 +179,14 @@ def ring_attention(
     causal: bool,
     layout: str = "contiguous",
     group: Any = None,
+    tie: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Ring attention on this rank's q, k, v (B, H, S/N, D): (out, lse, work).
 
     Step s uses the key/value block of rank (rank - s) mod N, then passes it on (N - 1 shifts of
     k and v stacked into one tensor). work counts the score entries this rank computed
     ("scores"), the blocks it computed and skipped, and its CPU time in block arithmetic ("cpu_s").
+    tie=False leaves out the weight-0 tie at the end (the unit tests show the deadlock it prevents).
     """
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     local = q.shape[2]
@@ -225,7 +227,8 @@ def ring_attention(
     # skip every block after step 0 (rank 0 of the contiguous split does); then nothing uses the
     # shifted blocks, autograd never calls RingShift.backward on that rank, and its neighbours
     # wait for it in theirs forever. Through the tie every rank runs all N - 1 backward shifts.
-    out = out + 0.0 * kv.sum()
+    if tie:
+        out = out + 0.0 * kv.sum()
     lse = torch.cat([m for _, m in running], dim=2)
     return out, lse, work
 
@@ -264,7 +267,7 @@ def ring_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> 
         layout = case["layout"]
         full = make_qkv(shape)
         q, k, v = (split_sequence(t, world_size, rank, layout).requires_grad_() for t in full)
-        out, lse, work = ring_attention(q, k, v, case["causal"], layout)
+        out, lse, work = ring_attention(q, k, v, case["causal"], layout, tie=case.get("tie", True))
         weight = split_sequence(loss_weight(shape), world_size, rank, layout)
         (out * weight).sum().backward()
         if not case.get("values", True):  # timed cases: the work counts only
@@ -462,6 +465,11 @@ def strides_worker(rank: int, world_size: int) -> dict[str, Any]:
         dist.scatter(buf, sent if rank == 0 else None, src=0)
         seen[f"{name} buffer intact"] = bool(torch.equal(buf, sent[rank]))
         seen[f"{name} buffer is_contiguous"] = buf.is_contiguous()
+        if name == "strided":  # its memory, read in order, against the data sent in order
+            memory = buf.transpose(1, 2).contiguous().flatten()
+            seen["strided buffer's memory is the data in contiguous order"] = bool(
+                torch.equal(memory, sent[rank].flatten())
+            )
     seen["strided buffer strides"] = strided.stride()
     return seen
 
