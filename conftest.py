@@ -6,8 +6,11 @@ nbval policy (`pytest --nbval`, strict; options in pyproject.toml):
   torch upgrade is news a reader would see, so notebooks keep stderr empty (warnings they
   expect are filtered in the setup cell) and a change shows up as a diff.
 - Not compared: image/png and image/jpeg (pixel output depends on fonts and the renderer; the
-  cell that draws a plot asserts the numbers it plots) and widget views (random model ids; a
-  widget's content is built by a pure function that a plain cell prints).
+  cell that draws a plot asserts the numbers it plots) and the widget view itself
+  (`application/vnd.jupyter.widget-view+json`, which nbval does not compare). The step viewers'
+  model ids are hashes of their data, and the steps' data they display
+  (`application/vnd.pytorch-source-reading.widget-state+json`, helpers.viewers) is compared like
+  any text output (05's ring viewer; 01's viewer cell is `NBVAL_IGNORE_OUTPUT`).
 - Sanitized before comparing: tests/nbval_sanitize.cfg (addresses, ports, pids, temp paths,
   ipykernel file names, site-packages paths, torch log prefixes, tagged timings).
 - Cell timeout 600 s: generous, because a timeout marks every later cell of the notebook as
