@@ -177,6 +177,15 @@ def test_report_agrees_with_explain_and_the_logs():
         n.startswith("torch_dynamo_resume_in_breaks_twice") for n in [e.name for e in rest][1:]
     )
     assert [e.attempts for e in rest] == [2, 1, 1]
+    # tlparse's folders: one per compile attempt, and one for records outside any compile
+    attempts = [
+        f"-_{e.compile_id.replace('/', '_')}_{a}"
+        for e in report.compiles
+        for a in range(e.attempts)
+    ]
+    assert report.folders == sorted(["-_-_-_-", *attempts])
+    assert "-_1_0_1" in report.folders  # the restarted compile has a folder per attempt
+    assert [e.dynamo_graphs for e in rest] == [1, 1, 1]
     assert sum(e.dynamo_graphs for e in rest) == explanation.graph_count == 3
     assert [e.graph_op_count for e in rest] == [
         sum(graph_ops(gm).values()) for gm in explanation.graphs

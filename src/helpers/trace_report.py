@@ -12,7 +12,9 @@ pinned in requirements.txt, found next to `sys.executable` (the environment's `b
 - `run_tlparse(log, out_dir)`: runs `tlparse --plain-text` on the file (a `TlparseMissing`
   error, naming where it looked, when the binary is absent).
 - `parse_report(out_dir)`: tlparse's output (`raw.jsonl`, one record per trace event, and the
-  artifact files it wrote) as plain data: one `CompileEntry` per compile id.
+  artifact files it wrote) as plain data: one `CompileEntry` per compile id, and the names of
+  the folders tlparse made (one per compile attempt, `-_<frame>_<compile>_<attempt>`, and
+  `-_-_-_-` for records outside any compile).
 - `trace_report(fn, *args)`: the three in one call, in a temporary folder that is removed.
 - `show_trace_report(report)`: prints `report_text(report)` (deterministic: no times, paths or
   addresses) and displays `report_html(report)`, a self-contained HTML view of the same parts.
@@ -87,7 +89,8 @@ class TlparseMissing(FileNotFoundError):
 class GraphBreak:
     """One graph break as the trace records it (`dynamo_graph_break_reason` artifact)."""
 
-    reason: str  # its type, the line before "Explanation:" ("Data-dependent branching")
+    reason: str  # its gb_type: the line of the message before "Explanation:" ("Data-dependent
+    # branching"), not the exception's Python class (Unsupported)
     function: str  # the user function the break is in (innermost frame of the user traceback)
     line: str  # the user's source line that broke
 
@@ -129,6 +132,7 @@ class TraceReport:
     compiles: list[CompileEntry]
     torch_version: str | None = None  # from the trace's torch_version record
     tlparse_version: str | None = None
+    folders: list[str] = field(default_factory=list)  # tlparse's subfolders, sorted by name
 
     def by_id(self, compile_id: str) -> CompileEntry:
         """The entry of one compile id ("0/0"); KeyError naming the ids present."""
@@ -310,7 +314,10 @@ def parse_report(out_dir: str | Path) -> TraceReport:
             entry.inductor_code.append(payload)
         elif kind in CACHE_EVENTS:
             entry.cache_events.append(kind)
-    return TraceReport(compiles=list(entries.values()), torch_version=torch_version)
+    folders = sorted(p.name for p in out_dir.iterdir() if p.is_dir())
+    return TraceReport(
+        compiles=list(entries.values()), torch_version=torch_version, folders=folders
+    )
 
 
 def trace_report(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> TraceReport:
