@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from fractions import Fraction
 
@@ -123,6 +124,79 @@ def test_timeline_svg_is_deterministic() -> None:
     a = pp.timeline_svg(pp.simulate(orders), "1F1B")
     b = pp.timeline_svg(pp.simulate(orders), "1F1B")
     assert a == b and a.count('class="action"') == 4 * 16 and a.startswith("<svg")
+
+
+def test_slot_actions_and_text_by_hand() -> None:
+    # GPipe, p=2, m=2: rank 0 F0 0-1, F1 1-2; rank 1 F0 1-2, F1 2-3, B0 3-5, B1 5-7; rank 0 B0
+    # waits for rank 1's B0 (5-7), B1 for its B1 (7-9)
+    sim = pp.simulate({r: pp.scratch_order("gpipe", 2, 2, r) for r in range(2)})
+    assert pp.slot_count(sim) == 9
+    assert pp.slot_actions(sim, 4) == {0: None, 1: (3.0, 5.0, (1, "B", 0))}
+    assert pp.slot_actions(sim, 5) == {0: (5.0, 7.0, (0, "B", 0)), 1: (5.0, 7.0, (1, "B", 1))}
+    assert pp.slot_text(sim, "GPipe", 4).splitlines() == [
+        "GPipe: slot 5 of 9 (t = 4 to 5)",
+        "rank 0: idle",
+        "rank 1: B0 (t = 3 to 5), full backward of micro-batch 0 on stage 1",
+        "busy: 1 of 2 ranks",
+    ]
+    for bad in (-1, 9):
+        with pytest.raises(ValueError, match=r"slot must be in \[0, 8\]"):
+            pp.slot_actions(sim, bad)
+
+
+def test_slots_cover_every_action_for_its_duration() -> None:
+    orders = {r: pp.scratch_order("1f1b", 4, 8, r) for r in range(4)}
+    sim = pp.simulate(orders)
+    per_slot = [pp.slot_actions(sim, t) for t in range(pp.slot_count(sim))]
+    for r in range(4):
+        seen = [iv for slots in per_slot if (iv := slots[r]) is not None]
+        # each action shows in as many slots as it lasts (F 1, B 2), in the rank's order
+        assert seen == [iv for iv in sim["intervals"][r] for _ in range(int(iv[1] - iv[0]))]
+        assert [a for _, _, a in dict.fromkeys(seen)] == orders[r]
+
+
+def test_timeline_svg_marks_the_slot() -> None:
+    orders = {r: pp.scratch_order("1f1b", 4, 8, r) for r in range(4)}
+    sim = pp.simulate(orders)
+    plain = pp.timeline_svg(sim, "1F1B")
+    assert "slot-band" not in plain and "data-active" not in plain and "data-slot" not in plain
+    marked = pp.timeline_svg(sim, "1F1B", slot=3)
+    assert 'class="timeline-svg" data-slot="3"' in marked
+    assert f'<rect class="slot-band" x="{60 + 3 * 14}"' in marked
+    active = re.findall(
+        r'data-rank="(\d)" data-stage="\d" data-kind="(\w)" data-mb="(\d)" '
+        r'data-active="true"',
+        marked,
+    )
+    assert active == [("0", "F", "3"), ("1", "F", "2"), ("2", "F", "1"), ("3", "F", "0")]
+    assert marked.count('data-active="false"') == 4 * 16 - 4
+    # without the marks, the marked picture is the plain one
+    unmarked = re.sub(r' data-active="\w+"| class="timeline-svg" data-slot="3"', "", marked)
+    assert re.sub(r"\n<rect class=\"slot-band\"[^\n]*", "", unmarked) == plain
+
+
+def test_timeline_step_viewer_steps_agree_with_the_picture() -> None:
+    orders = {r: pp.scratch_order("1f1b", 4, 8, r) for r in range(4)}
+    sim = pp.simulate(orders)
+    viewer = pp.timeline_step_viewer(sim, "1F1B")
+    try:
+        assert viewer.picture == pp.timeline_svg(sim, "1F1B", slot=0)
+        assert len(viewer.steps) == 33 == pp.slot_count(sim) and viewer.step == 0
+        boxes = re.findall(
+            r'data-rank="(\d)" data-stage="\d" data-kind="(\w)" data-mb="(\d)"', viewer.picture
+        )
+        for t, step in enumerate(viewer.steps):
+            assert (step["slot"], step["x"]) == (t, 60 + 14 * t)
+            assert step["text"] == pp.slot_text(sim, "1F1B", t)
+            # the boxes marked at this slot are the actions its text lists, rank by rank
+            listed = re.findall(r"^rank (\d): (\w)(\d+) ", step["text"], re.M)
+            assert [boxes[k] for k in step["active"]] == listed, t
+            marked = pp.timeline_svg(sim, "1F1B", slot=t)
+            on = [m.start() for m in re.finditer('data-active="true"', marked)]
+            assert len(on) == len(step["active"]), t
+        assert viewer._repr_mimebundle_()[0]["text/plain"] == viewer.steps[0]["text"]
+    finally:
+        viewer.close()
 
 
 def test_scratch_on_two_ranks_equals_one_process() -> None:

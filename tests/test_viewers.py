@@ -14,6 +14,7 @@ from helpers.viewers import (
     CallPathViewer,
     RingViewer,
     StepViewer,
+    TimelineViewer,
     esm_path,
     with_modules,
 )
@@ -56,12 +57,27 @@ def test_display_carries_view_state_and_text_twin() -> None:
     viewer.close()
 
 
-@pytest.mark.parametrize("name", ["ring", "callpath"])
+@pytest.mark.parametrize("name", ["ring", "callpath", "pipeline"])
 def test_es_modules_export_a_render(name: str) -> None:
     text = esm_path(name).read_text()
     assert "export default { render }" in text and "function render({ model, el })" in text
     assert "http" not in text.replace("https://", ""), "the module loads nothing"
     assert 'model.on("change:step"' in text and "model.save_changes()" in text
+
+
+def test_timeline_viewer_carries_its_picture_once() -> None:
+    steps = [{"slot": t, "x": 60 + 14 * t, "active": [t], "text": f"slot {t + 1}"} for t in (0, 1)]
+    viewer = TimelineViewer(steps, picture="<svg/>", text="slot 1")
+    data, _ = viewer._repr_mimebundle_()
+    model = data[STATE_MIME]["state"][viewer.model_id]["state"]
+    assert model["picture"] == "<svg/>" and model["steps"] == steps, model
+    assert model["_anywidget_id"] == "helpers.viewers.TimelineViewer"
+    full = with_modules(data[STATE_MIME]["state"])[viewer.model_id]["state"]
+    assert full["_esm"] == esm_path("pipeline").read_text()
+    # the picture is drawn once: the module moves the band and marks boxes, it redraws nothing
+    text = esm_path("pipeline").read_text()
+    assert text.count("innerHTML") == 1 and 'band.setAttribute("x"' in text
+    viewer.close()
 
 
 def test_bad_arguments() -> None:

@@ -15,7 +15,8 @@ they return plain data (lists, dicts, floats) and the parent prints.
 - Schedules as data: `library_order` builds a schedule object with a stand-in stage (no process
   group) and reads its `pipeline_order`; `simulate` replays any per-rank order against the
   dependencies of the pipeline with fixed costs and returns the timeline and the idle fraction;
-  `timeline_svg` draws it as deterministic SVG text.
+  `timeline_svg` draws it as deterministic SVG text, and `timeline_step_viewer` steps through it
+  one time slot at a time (`helpers.viewers.TimelineViewer`, in JupyterLab and in the book).
 - Activations held: each stage counts the bytes autograd saves inside its blocks (a
   `saved_tensors_hooks` pack hook; the count drops when the graph is freed), so the peak, over
   one micro-batch's bytes, is the number of micro-batches whose activations the stage holds.
@@ -24,6 +25,7 @@ they return plain data (lists, dicts, floats) and the parent prints.
 from __future__ import annotations
 
 import html
+import math
 import time
 import weakref
 from collections.abc import Sequence
@@ -52,6 +54,10 @@ __all__ = [
     "simulate",
     "bubble_formula",
     "timeline_svg",
+    "slot_count",
+    "slot_actions",
+    "slot_text",
+    "timeline_step_viewer",
     "scratch_worker",
     "library_worker",
     "mismatch_worker",
@@ -399,41 +405,132 @@ def bubble_formula(world_size: int, m: int, v: int = 1) -> float:
 # ------------------------------------------------------------------------------------ picture
 
 _COLOURS = {"F": "#7fb3e6", "B": "#f4a259", "I": "#f6c177", "W": "#9bd69b"}
+_KIND_NAMES = {
+    "F": "forward",
+    "B": "full backward",
+    "I": "backward for the input",
+    "W": "backward for the weights",
+}
+_LEFT, _ROW_H, _TOP = 60, 26, 30  # the timeline's geometry: label column, row height, title
 
 
-def timeline_svg(sim: dict[str, Any], title: str, unit_px: int = 14) -> str:
+def timeline_svg(
+    sim: dict[str, Any], title: str, unit_px: int = 14, slot: int | None = None
+) -> str:
     """A timeline per rank of `simulate`'s result: one box per action, labelled kind+micro-batch.
 
     Deterministic text: the same result gives the same SVG. Stages beyond the first on a rank are
-    told apart by a darker outline; empty space is the bubble.
+    told apart by a darker outline; empty space is the bubble. With `slot` (as drawn by
+    `timeline_step_viewer`), the picture is `svg.timeline-svg[data-slot]`, a band
+    `rect.slot-band` marks time slot `slot` (from t = slot to slot + 1) and each box running in
+    it has `data-active="true"`.
     """
     intervals = sim["intervals"]
-    left, row_h, top = 60, 26, 30
-    width = left + int(sim["makespan"] * unit_px) + 20
-    height = top + row_h * len(intervals) + 10
+    active = set() if slot is None else {iv for iv in slot_actions(sim, slot).values() if iv}
+    width = _LEFT + int(sim["makespan"] * unit_px) + 20
+    height = _TOP + _ROW_H * len(intervals) + 10
+    marks = "" if slot is None else f' class="timeline-svg" data-slot="{slot}"'
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg"{marks} width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif">',
         f'<text x="4" y="16" font-size="12">{html.escape(title)} '
         f"(idle {sim['idle_fraction']:.3f})</text>",
     ]
     for r, row in sorted(intervals.items()):
-        y = top + r * row_h
+        y = _TOP + r * _ROW_H
         out.append(f'<text x="4" y="{y + 16}" font-size="11">rank {r}</text>')
         first_stage = min((a[0] for _, _, a in row), default=0)
         for start, end, (stage, kind, mb) in row:
-            x, w = left + start * unit_px, (end - start) * unit_px
+            x, w = _LEFT + start * unit_px, (end - start) * unit_px
             stroke = "#333" if stage == first_stage else "#000"
             sw = 0.5 if stage == first_stage else 2
+            on = (
+                ""
+                if slot is None
+                else f' data-active="{str((start, end, (stage, kind, mb)) in active).lower()}"'
+            )
             out.append(
                 f'<g class="action" data-rank="{r}" data-stage="{stage}" data-kind="{kind}" '
-                f'data-mb="{mb}"><rect x="{x:g}" y="{y}" width="{w:g}" height="{row_h - 6}" '
+                f'data-mb="{mb}"{on}><rect x="{x:g}" y="{y}" width="{w:g}" height="{_ROW_H - 6}" '
                 f'fill="{_COLOURS[kind]}" stroke="{stroke}" stroke-width="{sw}"/>'
                 f'<text x="{x + w / 2:g}" y="{y + 14}" font-size="9" text-anchor="middle">'
                 f"{kind}{mb}</text></g>"
             )
+    if slot is not None:  # over the boxes, translucent: the slot's boxes show through
+        out.append(
+            f'<rect class="slot-band" x="{_LEFT + slot * unit_px}" y="{_TOP - 4}" '
+            f'width="{unit_px}" height="{_ROW_H * len(intervals) + 2}" fill="#d62728" '
+            'fill-opacity="0.18" stroke="#d62728" stroke-width="1"/>'
+        )
     out.append("</svg>")
     return "\n".join(out)
+
+
+def slot_count(sim: dict[str, Any]) -> int:
+    """How many unit time slots (t = k to k + 1) `simulate`'s timeline spans."""
+    return math.ceil(sim["makespan"])
+
+
+def slot_actions(sim: dict[str, Any], slot: int) -> dict[int, tuple[float, float, Action] | None]:
+    """Per rank, the interval (start, end, action) of `simulate`'s result that runs during time
+    slot `slot` (from t = slot to slot + 1), or None where the rank is idle then. With the
+    default costs (whole numbers) a rank runs at most one action in a slot; otherwise the first."""
+    if not 0 <= slot < slot_count(sim):
+        raise ValueError(f"slot must be in [0, {slot_count(sim) - 1}], got {slot}")
+    return {
+        r: next((iv for iv in row if iv[0] < slot + 1 and iv[1] > slot), None)
+        for r, row in sorted(sim["intervals"].items())
+    }
+
+
+def slot_text(sim: dict[str, Any], title: str, slot: int) -> str:
+    """What every rank runs in time slot `slot` of `simulate`'s result, one line per rank."""
+    n = slot_count(sim)
+    lines = [f"{title}: slot {slot + 1} of {n} (t = {slot} to {slot + 1})"]
+    running = slot_actions(sim, slot)
+    for r, iv in running.items():
+        if iv is None:
+            lines.append(f"rank {r}: idle")
+            continue
+        start, end, (stage, kind, mb) = iv
+        lines.append(
+            f"rank {r}: {kind}{mb} (t = {start:g} to {end:g}), {_KIND_NAMES[kind]} of "
+            f"micro-batch {mb} on stage {stage}"
+        )
+    busy = sum(iv is not None for iv in running.values())
+    lines.append(f"busy: {busy} of {len(running)} ranks")
+    return "\n".join(lines)
+
+
+def timeline_step_viewer(sim: dict[str, Any], title: str, unit_px: int = 14) -> Any:
+    """A slider over the time slots of `simulate`'s timeline, drawn in the browser
+    (`helpers.viewers.TimelineViewer`): the picture (`timeline_svg`) with the slot highlighted and
+    what each rank runs in it (`slot_text`), computed here once.
+
+    It moves in JupyterLab and in the static book alike; its plain-text twin is slot 0's text.
+    Each step is `{"slot", "x", "active", "text"}`: the band's x, the indices (in drawing order)
+    of the boxes running in the slot, the slot's text. DOM hooks for browser tests:
+    `.timeline-step-view`, the slider `.timeline-step-slider` (an `input[type=range]`, readout
+    `.timeline-step-readout`); inside the view `svg.timeline-svg[data-slot]`, its band
+    `rect.slot-band` and `g.action[data-rank][data-kind][data-mb][data-active]` boxes, and
+    `pre.timeline-step-text` change with the slider.
+    """
+    from helpers.viewers import TimelineViewer
+
+    boxes = [iv for _, row in sorted(sim["intervals"].items()) for iv in row]  # drawing order
+    steps = []
+    for slot in range(slot_count(sim)):
+        running = [iv for iv in slot_actions(sim, slot).values() if iv is not None]
+        steps.append(
+            {
+                "slot": slot,
+                "x": _LEFT + slot * unit_px,
+                "active": sorted(boxes.index(iv) for iv in running),
+                "text": slot_text(sim, title, slot),
+            }
+        )
+    picture = timeline_svg(sim, title, unit_px, slot=0)
+    return TimelineViewer(steps, picture=picture, text=steps[0]["text"])
 
 
 # ------------------------------------------------------------------------ from scratch (ranks)

@@ -1,11 +1,13 @@
 """Step viewers whose view runs in the browser (issue 27): anywidget widgets fed with recorded data.
 
-Used by: `helpers.allreduce.ring_step_viewer` (notebook 05) and `helpers.tracing.step_viewer`
-(notebook 01). A viewer only replays data computed once in Python (every step's picture and
-text, as plain JSON in the widget's `steps` trait); the slider, the picture and the text are
-drawn by one ES module per viewer (`ring.js`, `callpath.js` next to this file), so the same
-widget moves in JupyterLab (the kernel only hears the `step` it is at) and in the static book,
-where the Jupyter widgets HTML manager renders it from its embedded state, with no kernel.
+Used by: `helpers.allreduce.ring_step_viewer` (notebook 05), `helpers.tracing.step_viewer`
+(notebook 01) and `helpers.pipeline_parallel.timeline_step_viewer` (notebook 16). A viewer only
+replays data computed once in Python (every step's picture and text, as plain JSON in the
+widget's `steps` trait; the timeline viewer's one picture in `picture`); the slider, the picture
+and the text are drawn by one ES module per viewer (`ring.js`, `callpath.js`, `pipeline.js` next
+to this file), so the same widget moves in JupyterLab (the kernel only hears the `step` it is at)
+and in the static book, where the Jupyter widgets HTML manager renders it from its embedded
+state, with no kernel.
 
 Deterministic outputs: a widget's model id (and its layout's) is a hash of its class and data
 instead of a random uuid (a second live widget with the same data gets `-2`, `-3`, ...), and
@@ -29,7 +31,15 @@ import ipywidgets
 import traitlets
 from ipywidgets.embed import dependency_state
 
-__all__ = ["STATE_MIME", "CallPathViewer", "RingViewer", "StepViewer", "esm_path", "with_modules"]
+__all__ = [
+    "STATE_MIME",
+    "CallPathViewer",
+    "RingViewer",
+    "StepViewer",
+    "TimelineViewer",
+    "esm_path",
+    "with_modules",
+]
 
 HERE = Path(__file__).resolve().parent
 # the widget state a viewer's display carries for the book (tools/book.py moves it into the
@@ -39,7 +49,7 @@ WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def esm_path(name: str) -> Path:
-    """The ES module file of a viewer (`ring`, `callpath`)."""
+    """The ES module file of a viewer (`ring`, `callpath`, `pipeline`)."""
     return HERE / f"{name}.js"
 
 
@@ -118,7 +128,26 @@ class CallPathViewer(StepViewer):
     _esm = esm_path("callpath").read_text()
 
 
-VIEWERS = {f"{cls.__module__}.{cls.__name__}": cls for cls in (RingViewer, CallPathViewer)}
+class TimelineViewer(StepViewer):
+    """A pipeline schedule's timeline, time slot by time slot
+    (`helpers.pipeline_parallel.timeline_step_viewer`).
+
+    `picture`: the timeline (`timeline_svg(..., slot=0)`), drawn once; `steps[i]`:
+    `{"slot": i, "x", "active", "text"}`, the band's x, the indices (in drawing order) of the
+    `g.action` boxes running in the slot and what each rank runs. The steps' text names the
+    schedule and every action, so they determine the picture (and the model id, a hash of them).
+    DOM hooks: `.timeline-step-view`, its slider `.timeline-step-slider` (`input[type=range]`,
+    readout `.timeline-step-readout`), the picture `svg.timeline-svg[data-slot]` with its band
+    `rect.slot-band` and boxes `g.action[data-active]`, the text `pre.timeline-step-text`.
+    """
+
+    _esm = esm_path("pipeline").read_text()
+    picture = traitlets.Unicode("").tag(sync=True)
+
+
+VIEWERS = {
+    f"{cls.__module__}.{cls.__name__}": cls for cls in (RingViewer, CallPathViewer, TimelineViewer)
+}
 
 
 def with_modules(state: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,76 @@
+// The pipeline schedule viewer (helpers.viewers.TimelineViewer): a slider over the time slots of
+// a schedule's timeline. The picture (SVG text) comes once from Python in `picture`; each step,
+// from the `steps` trait, says where the slot's band goes, which boxes run in the slot and what
+// each rank runs, so this module only moves the band, marks the boxes and shows the text. It
+// runs in JupyterLab and in the static book (the widgets HTML manager) alike.
+
+function render({ model, el }) {
+  const steps = model.get("steps");
+  const root = document.createElement("div");
+  root.className = "timeline-step-view";
+
+  const bar = document.createElement("label");
+  bar.className = "timeline-step-slider";
+  bar.style.cssText = "display:flex;align-items:center;gap:0.6em;margin-bottom:0.4em";
+  const name = document.createElement("span");
+  name.textContent = model.get("label");
+  const range = document.createElement("input");
+  range.type = "range";
+  range.min = "0";
+  range.max = String(steps.length - 1);
+  range.step = "1";
+  range.setAttribute("aria-label", "pipeline time slot");
+  const readout = document.createElement("span");
+  readout.className = "timeline-step-readout";
+  bar.append(name, range, readout);
+
+  const picture = document.createElement("div");
+  picture.style.overflowX = "auto";
+  picture.innerHTML = model.get("picture"); // our own SVG text (helpers.pipeline_parallel)
+  const svg = picture.querySelector("svg");
+  const band = svg.querySelector("rect.slot-band");
+  const boxes = Array.from(svg.querySelectorAll("g.action"));
+  const text = document.createElement("pre");
+  text.className = "timeline-step-text";
+  text.style.margin = "0.4em 0 0";
+  root.append(bar, picture, text);
+  el.append(root);
+
+  function show() {
+    const i = model.get("step");
+    const shown = steps[i];
+    range.value = String(i);
+    readout.textContent = `${i + 1} of ${steps.length}`;
+    svg.dataset.slot = String(shown.slot);
+    band.setAttribute("x", String(shown.x));
+    const active = new Set(shown.active);
+    boxes.forEach((box, k) => {
+      box.dataset.active = String(active.has(k));
+    });
+    text.textContent = shown.text;
+  }
+  function go(i) {
+    const step = Math.max(0, Math.min(steps.length - 1, i));
+    if (step === model.get("step")) return;
+    model.set("step", step);
+    model.save_changes(); // the kernel hears the step (nothing to hear in the static book)
+  }
+  range.addEventListener("input", () => go(Number(range.value)));
+  // the keys, handled here: JupyterLab's shortcuts would otherwise take the arrow keys
+  const keys = { ArrowRight: 1, ArrowUp: 1, ArrowLeft: -1, ArrowDown: -1 };
+  range.addEventListener("keydown", (event) => {
+    const i = model.get("step");
+    const to = event.key in keys ? i + keys[event.key]
+      : event.key === "Home" ? 0 : event.key === "End" ? steps.length - 1 : null;
+    if (to === null) return;
+    event.preventDefault();
+    event.stopPropagation();
+    go(to);
+  });
+  root.dataset.lmSuppressShortcuts = "true"; // Lumino: no shortcuts from inside the viewer
+  model.on("change:step", show);
+  show();
+  return () => model.off("change:step", show);
+}
+
+export default { render };
