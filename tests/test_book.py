@@ -11,11 +11,13 @@ target loads (HTTP 200) and is the same page in the other edition (a notebook: t
 same number), or that edition's landing page when it has no such page. Each landing page lists
 every notebook of its language, in reading order, and each edition's search page finds a notebook.
 
-The step viewers move in the static book (issue 27): on the pages of notebooks 05 (the ring) and
-01 (the call path), in both editions, the widget renders from the state the page embeds, one
-ArrowRight on its slider moves it one step, and what it shows before and after is that step's
-recorded content (the steps embedded in the staged notebook; the ring also gets the JupyterLab
-test's checks, tests/viewer_checks.py), with no console error and no request leaving 127.0.0.1.
+The step viewers move in the static book (issue 27): on the pages of notebooks 05 (the ring),
+01 (the call path) and 16 (a pipeline schedule's timeline), in both editions, the widget renders
+from the state the page embeds, one ArrowRight on its slider moves it one step, and what it shows
+before and after is that step's recorded content (the steps embedded in the staged notebook,
+checked by tests/viewer_checks.py; the ring also gets the JupyterLab test's checks; the timeline's
+marked boxes are the actions its text lists), with no console error and no request leaving
+127.0.0.1.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ import pytest
 from static_site import HOST, http_status, serve, visit
 from viewer_checks import (
     CALLPATH_STATE,
+    TIMELINE_STATE,
     VIEW_STATE,
     check_callpath_step,
     check_ring_steps,
+    check_timeline_step,
     step_viewer,
 )
 
@@ -104,7 +108,11 @@ ZH_IN_BROWSER = {
 }
 ZH_NOTEBOOKS_IN_BROWSER = ("00_", "05_", "14_")
 # the step viewers that must move in the book (issue 27): notebook page -> what its viewer shows
-VIEWER_PAGES = {"05_allreduce_from_scratch": VIEW_STATE, "01_torch_compile_entry": CALLPATH_STATE}
+VIEWER_PAGES = {
+    "05_allreduce_from_scratch": VIEW_STATE,
+    "01_torch_compile_entry": CALLPATH_STATE,
+    "16_pipeline_parallelism": TIMELINE_STATE,
+}
 
 
 class _PageReader(HTMLParser):
@@ -378,9 +386,12 @@ def test_step_viewers_move_in_the_book(site, browser, lang: str) -> None:
             shown = [before["text"], after["text"]]
             expected = [steps[0]["text"], steps[1]["text"]]
             assert shown == expected, f"{lang} ring viewer: expected {expected}, found {shown}"
-        else:
+        elif state == CALLPATH_STATE:
             check_callpath_step(before, steps[start], start, len(steps))
             check_callpath_step(after, steps[start + 1], start + 1, len(steps))
+        else:
+            check_timeline_step(before, steps[start], start, len(steps))
+            check_timeline_step(after, steps[start + 1], start + 1, len(steps))
 
 
 def test_staging_moves_viewer_state_into_metadata() -> None:

@@ -1,7 +1,8 @@
 """The step viewers' browser checks, shared by the JupyterLab test (tests/test_jupyterlab.py)
 and the book test (tests/test_book.py): what a viewer shows (read through the DOM hooks that
-`helpers.allreduce.ring_step_viewer` and `helpers.tracing.step_viewer` document), how a reader
-moves its slider (focus, one ArrowRight), and what must hold before and after the move."""
+`helpers.allreduce.ring_step_viewer`, `helpers.tracing.step_viewer` and
+`helpers.pipeline_parallel.timeline_step_viewer` document), how a reader moves its slider (focus,
+one ArrowRight), and what must hold before and after the move."""
 
 from __future__ import annotations
 
@@ -38,16 +39,34 @@ CALLPATH_STATE = """() => {
   };
 }"""
 
+# the pipeline timeline viewer (notebook 16)
+TIMELINE_STATE = """() => {
+  const view = document.querySelector('.timeline-step-view');
+  const svg = view && view.querySelector('svg.timeline-svg');
+  const band = svg && svg.querySelector('rect.slot-band');
+  return {
+    readout: view?.querySelector('.timeline-step-slider .timeline-step-readout')?.innerText ?? null,
+    text: view?.querySelector('.timeline-step-text')?.innerText ?? null,
+    svg_slot: svg ? svg.getAttribute('data-slot') : null,
+    band_x: band ? band.getAttribute('x') : null,
+    active: svg ? Array.from(svg.querySelectorAll('g.action'), (g, k) =>
+      g.dataset.active === 'true' ? k : null).filter(k => k !== null) : null,
+    active_boxes: svg ? Array.from(svg.querySelectorAll('g.action[data-active="true"]'), g =>
+      `rank ${g.dataset.rank}: ${g.dataset.kind}${g.dataset.mb}`) : null,
+  };
+}"""
+
 SLIDERS = {
     VIEW_STATE: ".ring-step-view .ring-step-slider input[type=range]",
     CALLPATH_STATE: ".pipeline-step-view .pipeline-step-slider input[type=range]",
+    TIMELINE_STATE: ".timeline-step-view .timeline-step-slider input[type=range]",
 }
 
 
 def step_viewer(page, state: str = VIEW_STATE, timeout_s: float = VIEW_TIMEOUT_S):
     """Move a viewer's slider one step with the keyboard, as a reader would; returns `state`
-    (VIEW_STATE or CALLPATH_STATE) before and after. Raises AssertionError when the view does
-    not redraw."""
+    (VIEW_STATE, CALLPATH_STATE or TIMELINE_STATE) before and after. Raises AssertionError when
+    the view does not redraw."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     before = page.evaluate(state)
@@ -101,3 +120,23 @@ def check_callpath_step(shown: dict, expected: dict, position: int, count: int) 
         "active_box": stage.group(1) if stage else None,
     }
     assert shown == want, f"call-path viewer at {position}: expected {want}, found {shown}"
+
+
+def check_timeline_step(shown: dict, expected: dict, position: int, count: int) -> None:
+    """The timeline viewer shows `expected` (one of its `steps`), at `position` of `count`:
+    readout, text, the picture's slot, its band's place and the boxes it marks, which are the
+    actions the text lists, rank by rank."""
+    want = {
+        "readout": f"{position + 1} of {count}",
+        "text": expected["text"],
+        "svg_slot": str(expected["slot"]),
+        "band_x": str(expected["x"]),
+        "active": expected["active"],
+    }
+    found = {k: shown[k] for k in want}
+    assert found == want, f"timeline viewer at slot {position}: expected {want}, found {found}"
+    listed = re.findall(r"^(rank \d+: [FBIW]\d+) ", shown["text"], re.M)
+    assert shown["active_boxes"] == listed, (
+        f"timeline viewer at slot {position}: expected the marked boxes to be the actions the "
+        f"text lists, {listed}, found {shown['active_boxes']}"
+    )
