@@ -6,9 +6,10 @@ pinned in requirements.txt, found next to `sys.executable` (the environment's `b
 
 - `record_trace(trace_dir)`: while the block runs, torch's structured trace goes to a fresh
   file in `trace_dir`, through the handler class `TORCH_TRACE` sets up (`LazyTraceHandler`,
-  `torch._logging._internal`). torch reads the variable once, when it sets up its logs at
-  import, so setting it in a running process would record nothing: the handler is attached to
-  the trace logger for the block only and removed afterwards.
+  `torch._logging._internal`). torch makes that handler once, from the variable's value when
+  `_init_logs` first runs at import (a later `set_logs` runs it again but keeps the handler), so
+  setting it in a running process records nothing: the handler is attached to the trace logger
+  for the block only and removed afterwards.
 - `run_tlparse(log, out_dir)`: runs `tlparse --plain-text` on the file (a `TlparseMissing`
   error, naming where it looked, when the binary is absent).
 - `parse_report(out_dir)`: tlparse's output (`raw.jsonl`, one record per trace event, and the
