@@ -3,8 +3,10 @@
 # 18.1 native_entry(name)["structured_delegate"] for each candidate (torchgen's parser):
 #   atan -> "atan.out", asinh -> "asinh.out", silu -> "silu.out": their functional forms are
 #   generated from the structured out overload.
-#   abs -> None (one kernel, `abs`, under CompositeExplicitAutograd), logit -> None
-#   (its own CPU/CUDA kernels), hardswish -> None (its own kernels per backend).
+#   abs -> None (its functional form has a kernel of its own, `abs`, under
+#   CompositeExplicitAutograd, plus NestedTensor kernels), logit -> None (its own kernels per
+#   backend: CPU, CUDA, MPS, MTIA, and XPU from 2.14), hardswish -> None (its own kernels per
+#   backend).
 SOLUTIONS: dict = {"18.1": {"atan", "asinh", "silu"}}
 
 # 18.2 dispatch_table("aten::atan")[key].fallthrough for the four keys of a CPU tensor that

@@ -129,13 +129,21 @@ def test_a_line_the_parser_does_not_know_raises(monkeypatch: pytest.MonkeyPatch)
         operator_path.dispatch_table("aten::atan")
 
 
-def test_call_path_follows_the_exclude_set() -> None:
+def test_call_path_follows_the_include_and_exclude_sets() -> None:
     x = torch.ones(2, requires_grad=True)
-    keys = [key for key, _ in operator_path.call_path("aten::atan", x)]
-    assert keys == ["AutogradCPU", "ADInplaceOrView", "CPU"]
+    path = operator_path.call_path("aten::atan", x)
+    keys = [key for key, _ in path]
+    # BackendSelect is in no tensor's key set: it comes from the thread-local include set
+    assert "BackendSelect" not in str(torch._C._dispatch_keys(x))
+    assert keys == ["AutogradCPU", "ADInplaceOrView", "BackendSelect", "CPU"]
+    assert [r.fallthrough for _, r in path] == [False, True, True, False]
     with torch.autocast(device_type="cpu"):  # autocast on: its key leaves the exclude set
         keys = [key for key, _ in operator_path.call_path("aten::atan", x)]
-    assert keys == ["AutocastCPU", "AutogradCPU", "ADInplaceOrView", "CPU"]
+    assert keys == ["AutocastCPU", "AutogradCPU", "ADInplaceOrView", "BackendSelect", "CPU"]
+    # the dispatcher's own choice: the highest non-fallthrough key of the same set
+    table = operator_path.dispatch_table("aten::atan")
+    first = next(key for key, r in path if not table[key].fallthrough)
+    assert first == "AutogradCPU"
 
 
 def test_inductor_route_against_inductor_tables() -> None:

@@ -235,11 +235,12 @@ def dispatch_table(op: str) -> dict[str, Registration]:
 
 def call_path(op: str, tensor: Any) -> list[tuple[str, Registration | None]]:
     """The keys a call of `op` on `tensor` visits, highest priority first: the tensor's key
-    set minus the thread-local exclude set, each with its table entry (None: empty slot).
-    Fallthrough entries are listed too (the dispatcher skips them)."""
+    set plus the thread-local include set, minus the thread-local exclude set (the dispatcher's
+    `computeDispatchKeySet`), each with its table entry (None: empty slot). Fallthrough
+    entries are listed too (the dispatcher skips them)."""
     import torch
 
-    keys = torch._C._dispatch_keys(tensor)
+    keys = torch._C._dispatch_keys(tensor) | torch._C._dispatch_tls_local_include_set()
     excluded = torch._C._dispatch_tls_local_exclude_set()
     table = dispatch_table(op)
     path = []
