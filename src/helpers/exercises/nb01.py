@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-from helpers.exercises import Hint, as_int, exercise
+from helpers.exercises import Hint, as_int, exercise, tr
 from helpers.source import resolve
 from helpers.tracing import RecordingBackend
 
@@ -56,7 +56,7 @@ def _experiment() -> dict[str, int]:
 
 def _pair(answer: Any) -> tuple[int, int]:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        raise Hint("give a pair: (cache entries of h.__code__, graphs the backend received)")
+        raise Hint(tr("give a pair: (cache entries of h.__code__, graphs the backend received)"))
     return int(answer[0]), int(answer[1])
 
 
@@ -66,41 +66,66 @@ def new_shape(answer: Any) -> str:
     truth = _experiment()
     want = (truth["h_entries"], truth["h_graphs"])
     if (entries, graphs) == want:
-        return (
-            f"{want[0]} cache entries and {want[1]} graphs: the first entry's guards check the "
-            "input's shape, torch.ones(3) fails them, so Dynamo compiles again and adds an "
-            "entry to the same code object"
+        return tr(
+            (
+                "{want_0} cache entries and {want_1} graphs: the first entry's guards check "
+                "the input's shape, torch.ones(3) fails them, so Dynamo compiles again and "
+                "adds an entry to the same code object"
+            ),
+            want_0=want[0],
+            want_1=want[1],
         )
     if entries == 1:
         raise Hint(
-            "a new shape fails the guards of the first entry (they check the input's size), "
-            "so the call does not reuse it: count `_debug_get_cache_entry_list(h.__code__)`"
+            tr(
+                "a new shape fails the guards of the first entry (they check the input's "
+                "size), so the call does not reuse it: count "
+                "`_debug_get_cache_entry_list(h.__code__)`"
+            )
         )
     if graphs == 1:
         raise Hint(
-            "each new compile hands the backend a graph: count `len(backend.graphs)` after the call"
+            tr(
+                "each new compile hands the backend a graph: count `len(backend.graphs)` "
+                "after the call"
+            )
         )
-    raise Hint(f"call compiled_h(torch.ones(3)) and count both; found {(entries, graphs)}")
+    raise Hint(
+        tr(
+            "call compiled_h(torch.ones(3)) and count both; found {found}",
+            found=(entries, graphs),
+        )
+    )
 
 
 @exercise("01.2", "Does an inlined helper get a cache entry")
 def inlined_helper(answer: Any) -> str:
     if as_int(answer) is None:
-        raise Hint(f"give the number of cache entries of k.__code__, found {answer!r}")
+        raise Hint(
+            tr("give the number of cache entries of k.__code__, found {answer!r}", answer=answer)
+        )
     answer = as_int(answer)
     truth = _experiment()
     if answer == truth["k_entries"]:
-        return (
-            f"{truth['k_entries']} entries on k.__code__ ({truth['outer_entries']} on the "
-            f"outer function's, {truth['outer_graphs']} graph): Dynamo inlines k into the "
-            "outer function's graph, so k's own frame never runs under the hook"
+        return tr(
+            (
+                "{truth_k_entries} entries on k.__code__ ({truth_outer_entries} on the outer "
+                "function's, {truth_outer_graphs} graph): Dynamo inlines k into the outer "
+                "function's graph, so k's own frame never runs under the hook"
+            ),
+            truth_k_entries=truth["k_entries"],
+            truth_outer_entries=truth["outer_entries"],
+            truth_outer_graphs=truth["outer_graphs"],
         )
     if answer == truth["outer_entries"]:
         raise Hint(
-            "that is the outer function's count; Dynamo inlines calls it can trace, so k's "
-            "frame is never evaluated on its own: look at `_debug_get_cache_entry_list(k.__code__)`"
+            tr(
+                "that is the outer function's count; Dynamo inlines calls it can trace, so "
+                "k's frame is never evaluated on its own: look at "
+                "`_debug_get_cache_entry_list(k.__code__)`"
+            )
         )
-    raise Hint("compile a function that calls k, call it once, then count k's cache entries")
+    raise Hint(tr("compile a function that calls k, call it once, then count k's cache entries"))
 
 
 def _callers_of_backend() -> list[str]:
@@ -119,29 +144,50 @@ def _callers_of_backend() -> list[str]:
 @exercise("01.3", "Who calls the backend")
 def backend_caller(answer: Any) -> str:
     if not isinstance(answer, str):
-        raise Hint(f"give a dotted name (a str), found {type(answer).__name__}")
+        raise Hint(
+            tr(
+                "give a dotted name (a str), found {found_type}",
+                found_type=type(answer).__name__,
+            )
+        )
     callers = _callers_of_backend()
     answer = answer.strip()
     if "OutputGraph." in answer:  # a short name, "OutputGraph.method", names the same method
         answer = next((c for c in callers if c == answer or c.endswith("." + answer)), answer)
     if answer in callers:
-        return (
-            f"{answer} calls `self.call_user_compiler(gm, ...)`, which calls the backend "
-            "with the GraphModule and example inputs; on the recorded path it is the "
-            "parent of call_user_compiler"
+        return tr(
+            (
+                "{answer} calls `self.call_user_compiler(gm, ...)`, which calls the backend "
+                "with the GraphModule and example inputs; on the recorded path it is the "
+                "parent of call_user_compiler"
+            ),
+            answer=answer,
         )
     if answer.endswith("call_user_compiler"):
-        raise Hint("that is the callee; give the function that calls it (its recorded parent)")
+        raise Hint(tr("that is the callee; give the function that calls it (its recorded parent)"))
     if answer.endswith("compile_subgraph"):
         raise Hint(
-            "compile_subgraph is one level further up: read `rec.path_to(...)` of the "
-            "call_user_compiler step and take the step just before it"
+            tr(
+                "compile_subgraph is one level further up: read `rec.path_to(...)` of the "
+                "call_user_compiler step and take the step just before it"
+            )
         )
     try:
         resolve(answer)
     except (ImportError, AttributeError) as e:
-        raise Hint(f"{answer!r} does not import ({e}); copy the dotted name from the tree") from e
+        raise Hint(
+            tr(
+                "{answer!r} does not import ({e}); copy the dotted name from the tree",
+                answer=answer,
+                e=e,
+            )
+        ) from e
     raise Hint(
-        f"{answer} does not call call_user_compiler; find its step with "
-        "`rec.first('call_user_compiler')` and read its parent"
+        tr(
+            (
+                "{answer} does not call call_user_compiler; find its step with "
+                "`rec.first('call_user_compiler')` and read its parent"
+            ),
+            answer=answer,
+        )
     )

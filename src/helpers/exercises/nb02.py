@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from helpers.exercises import Hint, choice_set, exercise
+from helpers.exercises import Hint, choice_set, exercise, tr
 
 
 def f_tolist(x: Any, y: Any) -> Any:
@@ -75,32 +75,47 @@ def _explain_tolist() -> tuple[int, int, str]:
 @exercise("02.1", "Graphs and breaks of a .tolist()")
 def tolist_breaks(answer: Any) -> str:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        raise Hint("answer with a pair: (graph_count, graph_break_count), as explain reports them")
+        raise Hint(
+            tr("answer with a pair: (graph_count, graph_break_count), as explain reports them")
+        )
     answer = tuple(answer)
     graphs, breaks, reason = _explain_tolist()
     if answer == (graphs, breaks):
-        return (
-            f"{graphs} graphs, {breaks} break ({reason!r}): `.tolist()` needs the values, which "
-            "a traced graph does not have; the graph before it is compiled, tolist runs in "
-            "Python, and `a * 2` is traced again in the resume function"
+        return tr(
+            (
+                "{graphs} graphs, {breaks} break ({reason!r}): `.tolist()` needs the values, "
+                "which a traced graph does not have; the graph before it is compiled, tolist "
+                "runs in Python, and `a * 2` is traced again in the resume function"
+            ),
+            graphs=graphs,
+            breaks=breaks,
+            reason=reason,
         )
     given_graphs, given_breaks = answer
     if given_breaks == given_graphs and given_graphs:
         raise Hint(
-            "graphs and breaks cannot be equal: explain computes graph_break_count as "
-            "graph_count - 1 (its source in section 6)"
+            tr(
+                "graphs and breaks cannot be equal: explain computes graph_break_count as "
+                "graph_count - 1 (its source in section 6)"
+            )
         )
     if given_breaks == 0:
         raise Hint(
-            "a graph holds tensor operations on values it does not know; can `.tolist()` give "
-            "a Python list without them? Run torch._dynamo.explain(f_tolist)(x, y)"
+            tr(
+                "a graph holds tensor operations on values it does not know; can `.tolist()` "
+                "give a Python list without them? Run torch._dynamo.explain(f_tolist)(x, y)"
+            )
         )
     if given_graphs > graphs:
         raise Hint(
-            "too many graphs: the code after the break (a * 2) runs in one resume function, "
-            "and `.tolist()` itself runs in plain Python, in no graph"
+            tr(
+                "too many graphs: the code after the break (a * 2) runs in one resume "
+                "function, and `.tolist()` itself runs in plain Python, in no graph"
+            )
         )
-    raise Hint("run torch._dynamo.explain(f_tolist)(x, y) and read graph_count, graph_break_count")
+    raise Hint(
+        tr("run torch._dynamo.explain(f_tolist)(x, y) and read graph_count, graph_break_count")
+    )
 
 
 @functools.cache
@@ -122,24 +137,32 @@ def _frame_counts() -> tuple[int, ...]:
 @exercise("02.2", "Compilations for three shapes")
 def shape_recompiles(answer: Any) -> str:
     if not isinstance(answer, (list, tuple)) or len(answer) != len(SHAPES_02_2):
-        raise Hint("answer with a list of three counts: counter.frame_count after each call")
+        raise Hint(tr("answer with a list of three counts: counter.frame_count after each call"))
     truth = list(_frame_counts())
     if list(answer) == truth:
-        return (
-            f"{truth}: (4,) fails size=[3] and recompiles with a dynamic size; (5, 1) has two "
-            "dimensions, which no symbolic size stands for, so it fails the guard again"
+        return tr(
+            (
+                "{truth}: (4,) fails size=[3] and recompiles with a dynamic size; (5, 1) has "
+                "two dimensions, which no symbolic size stands for, so it fails the guard "
+                "again"
+            ),
+            truth=truth,
         )
     if list(answer[:2]) != truth[:2]:
         raise Hint(
-            "look at section 4 again: the first call compiles, and a size change from 3 to 4 "
-            "fails TENSOR_MATCH's size=[3]"
+            tr(
+                "look at section 4 again: the first call compiles, and a size change from 3 "
+                "to 4 fails TENSOR_MATCH's size=[3]"
+            )
         )
     if answer[2] == truth[1]:
         raise Hint(
-            "automatic dynamic shapes make a size symbolic, not the number of dimensions: the "
-            "guard still expects one-dimensional tensors after the second compile"
+            tr(
+                "automatic dynamic shapes make a size symbolic, not the number of dimensions: "
+                "the guard still expects one-dimensional tensors after the second compile"
+            )
         )
-    raise Hint("count compilations, not calls: print counter.frame_count after each call")
+    raise Hint(tr("count compilations, not calls: print counter.frame_count after each call"))
 
 
 @functools.cache
@@ -166,28 +189,46 @@ def _recompiling_variants() -> frozenset[str]:
 
 @exercise("02.3", "Which changes recompile")
 def which_recompile(answer: Any) -> str:
-    given = choice_set(answer, VARIANTS_02_3, "variant names", "{'values'}")
+    given = choice_set(answer, VARIANTS_02_3, tr("variant names"), "{'values'}")
     truth = set(_recompiling_variants())
     if given == truth:
-        return (
-            f"{sorted(truth)} recompile: TENSOR_MATCH checks dtype, requires_grad, size and "
-            "stride, and GLOBAL_STATE the grad mode; a tensor's values are never guarded, and a "
-            "view with the same size and stride passes"
+        return tr(
+            (
+                "{sorted_truth} recompile: TENSOR_MATCH checks dtype, requires_grad, size and "
+                "stride, and GLOBAL_STATE the grad mode; a tensor's values are never guarded, "
+                "and a view with the same size and stride passes"
+            ),
+            sorted_truth=sorted(truth),
         )
     why = {
-        "values": "guards never read a tensor's values: TENSOR_MATCH compares type, dispatch "
-        "keys, dtype, device, requires_grad, size and stride (section 3)",
-        "view": "torch.randn(2, 3)[0] has size [3] and stride [1], like the first argument: "
-        "being a view is not in TENSOR_MATCH",
-        "no_grad": "GLOBAL_STATE compares grad_mode (section 3): no_grad changes it",
-        "stride": "TENSOR_MATCH's line ends with stride=[1]: what is the stride of a [::2] slice?",
-        "requires_grad": "TENSOR_MATCH's line carries requires_grad=False",
-        "dtype": "a dtype change recompiled in section 4",
+        "values": tr(
+            "guards never read a tensor's values: TENSOR_MATCH compares type, dispatch "
+            "keys, dtype, device, requires_grad, size and stride (section 3)"
+        ),
+        "view": tr(
+            "torch.randn(2, 3)[0] has size [3] and stride [1], like the first argument: "
+            "being a view is not in TENSOR_MATCH"
+        ),
+        "no_grad": tr("GLOBAL_STATE compares grad_mode (section 3): no_grad changes it"),
+        "stride": tr(
+            "TENSOR_MATCH's line ends with stride=[1]: what is the stride of a [::2] slice?"
+        ),
+        "requires_grad": tr("TENSOR_MATCH's line carries requires_grad=False"),
+        "dtype": tr("a dtype change recompiled in section 4"),
     }
     extra, missing = sorted(given - truth), sorted(truth - given)
     if extra:
-        raise Hint(f"{extra[0]} does not recompile: {why[extra[0]]}")
-    raise Hint(f"{len(missing)} more recompile(s); one is {missing[0]}: {why[missing[0]]}")
+        raise Hint(
+            tr("{variant} does not recompile: {reason}", variant=extra[0], reason=why[extra[0]])
+        )
+    raise Hint(
+        tr(
+            "{count} more recompile(s); one is {variant}: {reason}",
+            count=len(missing),
+            variant=missing[0],
+            reason=why[missing[0]],
+        )
+    )
 
 
 @exercise("02.4", "Make g compile with fullgraph=True")
@@ -195,7 +236,7 @@ def fullgraph_g(answer: Any) -> str:
     import torch
 
     if not callable(answer):
-        raise Hint("answer with a function of one tensor, like g")
+        raise Hint(tr("answer with a function of one tensor, like g"))
     inputs = [torch.ones(3), torch.tensor([-3.0, 0.5, 2.0]), torch.linspace(-2, 1, 4)]
     torch._dynamo.reset()
     compiled = torch.compile(answer, backend="eager", fullgraph=True)
@@ -206,23 +247,50 @@ def fullgraph_g(answer: Any) -> str:
             first = str(err).splitlines()[0]
             if "builtin operator" in first or "print" in str(err):
                 raise Hint(
-                    f"fullgraph=True still meets the print ({first!r}): drop it, it is not "
-                    "part of what g returns"
+                    tr(
+                        (
+                            "fullgraph=True still meets the print ({first!r}): drop it, it is not "
+                            "part of what g returns"
+                        ),
+                        first=first,
+                    )
                 ) from None
             if "generic_jump" in str(err) or "Data-dependent" in str(err):
                 raise Hint(
-                    f"the `if` on x.sum() > 0 is a data-dependent jump ({first!r}): compute "
-                    "both branches and pick with torch.where, or decide whether the condition "
-                    "can ever be false"
+                    tr(
+                        (
+                            "the `if` on x.sum() > 0 is a data-dependent jump ({first!r}): "
+                            "compute both branches and pick with torch.where, or decide whether "
+                            "the condition can ever be false"
+                        ),
+                        first=first,
+                    )
                 ) from None
-            raise Hint(f"fullgraph=True raised Unsupported: {first}") from None
+            raise Hint(tr("fullgraph=True raised Unsupported: {first}", first=first)) from None
         want = g_reference(x)
         if not (isinstance(got, torch.Tensor) and got.shape == want.shape):
-            raise Hint(f"for x = {x.tolist()} g returns a tensor of shape {tuple(want.shape)}")
+            raise Hint(
+                tr(
+                    "for x = {x} g returns a tensor of shape {shape}",
+                    x=x.tolist(),
+                    shape=tuple(want.shape),
+                )
+            )
         if not torch.allclose(got, want):
             mine, theirs = [round(v, 4) for v in got.tolist()], [round(v, 4) for v in want.tolist()]
-            raise Hint(f"for x = {x.tolist()} your function returns {mine}, g returns {theirs}")
-    return (
-        f"one graph, same results as g on {len(inputs)} inputs: without the print and without a "
-        "Python branch on a tensor's value, nothing is left for fullgraph=True to refuse"
+            raise Hint(
+                tr(
+                    "for x = {x} your function returns {mine}, g returns {theirs}",
+                    x=x.tolist(),
+                    mine=mine,
+                    theirs=theirs,
+                )
+            )
+    return tr(
+        (
+            "one graph, same results as g on {len_inputs} inputs: without the print and "
+            "without a Python branch on a tensor's value, nothing is left for fullgraph=True "
+            "to refuse"
+        ),
+        len_inputs=len(inputs),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from helpers.exercises import Hint, choice_set, exercise
+from helpers.exercises import Hint, choice_set, exercise, tr
 
 #: Exercise 03.3: the ATen ops asked about (all `.default` overloads).
 CANDIDATES_03_3 = ["mse_loss", "gelu", "glu", "sigmoid", "clamp_min", "silu"]
@@ -52,29 +52,46 @@ def _saved(min_cut: bool) -> tuple[str, ...]:
 @exercise("03.1", "Saved for backward by the min-cut partitioner")
 def min_cut_saved(answer: Any) -> str:
     if isinstance(answer, str) or not isinstance(answer, (list, tuple, set)):
-        raise Hint("answer with a list of names, like section 1's aot.saved_for_backward()")
+        raise Hint(tr("answer with a list of names, like section 1's aot.saved_for_backward()"))
     truth, default = list(_saved(True)), list(_saved(False))
     given = set(map(str, answer))
     if given == set(truth):
         dropped, added = sorted(set(default) - given), sorted(given - set(default))
-        return (
-            f"{truth}: min-cut saves {added} instead of {dropped}; what it drops is cheap to "
-            "recompute in the backward from what it keeps, as the Inductor backend's partitioner "
-            "(section 3) also does"
+        return tr(
+            (
+                "{truth}: min-cut saves {added} instead of {dropped}; what it drops is cheap "
+                "to recompute in the backward from what it keeps, as the Inductor backend's "
+                "partitioner (section 3) also does"
+            ),
+            truth=truth,
+            added=added,
+            dropped=dropped,
         )
     if given == set(default):
         raise Hint(
-            "that is the default partitioner's list of section 1; the min-cut partitioner "
-            "recomputes cheap ops in the backward when that lets it save fewer or cheaper values"
+            tr(
+                "that is the default partitioner's list of section 1; the min-cut partitioner "
+                "recomputes cheap ops in the backward when that lets it save fewer or cheaper "
+                "values"
+            )
         )
     if given < set(truth):
         raise Hint(
-            f"{len(truth) - len(given)} name(s) missing: the backward still needs every weight "
-            "it multiplies by; read the backward graph's placeholders (aot.backward[0].code)"
+            tr(
+                (
+                    "{n_missing} name(s) missing: the backward still needs every weight "
+                    "it multiplies by; read the backward graph's placeholders "
+                    "(aot.backward[0].code)"
+                ),
+                n_missing=len(truth) - len(given),
+            )
         )
     raise Hint(
-        "compile loss_fn with a fresh AotGraphs(partition_fn=min_cut_rematerialization_partition) "
-        "after torch._dynamo.reset(), call .backward(), then read aot.saved_for_backward()"
+        tr(
+            "compile loss_fn with a fresh "
+            "AotGraphs(partition_fn=min_cut_rematerialization_partition) after "
+            "torch._dynamo.reset(), call .backward(), then read aot.saved_for_backward()"
+        )
     )
 
 
@@ -94,7 +111,9 @@ def silu_decomposition(answer: Any) -> str:
     from helpers.compile_tools import graph_ops
 
     if isinstance(answer, str) or not isinstance(answer, (list, tuple, set)):
-        raise Hint("answer with a set of ATen op names, e.g. {'aten.add.Tensor'} or {'add'}")
+        raise Hint(
+            tr("answer with a set of ATen op names, e.g. {{'aten.add.Tensor'}} or {{'add'}}")
+        )
     table = core_aten_decompositions()
     gm = make_fx(lambda a: F.silu(a), decomposition_table=table)(torch.randn(4))
     ops = graph_ops(gm)
@@ -102,25 +121,39 @@ def silu_decomposition(answer: Any) -> str:
     given = {_packet(op) for op in answer}
     targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
     if given == truth and all(torch.Tag.core in t.tags for t in targets):
-        return (
-            f"{sorted(ops)}: silu(x) = x * sigmoid(x), and both are core ATen ops "
-            "(torch.Tag.core in their tags), so the table stops there"
+        return tr(
+            (
+                "{sorted_ops}: silu(x) = x * sigmoid(x), and both are core ATen ops "
+                "(torch.Tag.core in their tags), so the table stops there"
+            ),
+            sorted_ops=sorted(ops),
         )
     if "silu" in given:
         raise Hint(
-            "silu is still there: make_fx keeps it unless you pass "
-            "decomposition_table=core_aten_decompositions() (section 2)"
+            tr(
+                "silu is still there: make_fx keeps it unless you pass "
+                "decomposition_table=core_aten_decompositions() (section 2)"
+            )
         )
     if given - truth and {"exp", "neg", "add", "div", "reciprocal"} & given:
         raise Hint(
-            "you went further than the table does: sigmoid is core (torch.Tag.core in "
-            "aten.sigmoid.default.tags), and a decomposition stops at core ops"
+            tr(
+                "you went further than the table does: sigmoid is core (torch.Tag.core in "
+                "aten.sigmoid.default.tags), and a decomposition stops at core ops"
+            )
         )
     if given < truth:
-        raise Hint(f"{len(truth - given)} op(s) missing: read gm.code of the make_fx trace")
+        raise Hint(
+            tr(
+                "{n_missing} op(s) missing: read gm.code of the make_fx trace",
+                n_missing=len(truth - given),
+            )
+        )
     raise Hint(
-        "trace it: make_fx(lambda a: F.silu(a), decomposition_table=core_aten_decompositions())"
-        "(torch.randn(4)).code"
+        tr(
+            "trace it: make_fx(lambda a: F.silu(a), "
+            "decomposition_table=core_aten_decompositions())(torch.randn(4)).code"
+        )
     )
 
 
@@ -130,66 +163,96 @@ def inductor_route(answer: Any) -> str:
     from torch._inductor.decomposition import select_decomp_table
     from torch._inductor.lowering import lowerings
 
-    given = choice_set(answer, CANDIDATES_03_3, "op names", "{'gelu'}", _packet)
+    given = choice_set(answer, CANDIDATES_03_3, tr("op names"), "{'gelu'}", _packet)
     table = select_decomp_table()
     ops = {name: getattr(torch.ops.aten, name).default for name in CANDIDATES_03_3}
     truth = {name for name, op in ops.items() if op not in table and op in lowerings}
     core = {name for name, op in ops.items() if torch.Tag.core in op.tags}
     if given == truth:
-        return (
-            f"{sorted(truth)} reach GraphLowering as they are (no entry in select_decomp_table(), "
-            f"an entry in lowerings); the others are rewritten first, core or not (core here: "
-            f"{sorted(core)})"
+        return tr(
+            (
+                "{sorted_truth} reach GraphLowering as they are (no entry in "
+                "select_decomp_table(), an entry in lowerings); the others are rewritten "
+                "first, core or not (core here: {sorted_core})"
+            ),
+            sorted_truth=sorted(truth),
+            sorted_core=sorted(core),
         )
     if given == core:
         raise Hint(
-            "being core does not decide it: Inductor's table is the core ATen table plus its own "
-            "decompositions, minus an exclusion list (section 2); test `op in "
-            "select_decomp_table()`"
+            tr(
+                "being core does not decide it: Inductor's table is the core ATen table plus "
+                "its own decompositions, minus an exclusion list (section 2); test `op in "
+                "select_decomp_table()`"
+            )
         )
     extra, missing = sorted(given - truth), sorted(truth - given)
     if extra:
         name = extra[0]
-        where = "core" if name in core else "not core"
+        where = tr("core") if name in core else tr("not core")
         raise Hint(
-            f"{name} ({where}) has an entry in Inductor's decomposition table: "
-            f"torch.ops.aten.{name}.default in select_decomp_table() is True"
+            tr(
+                (
+                    "{name} ({where}) has an entry in Inductor's decomposition table: "
+                    "torch.ops.aten.{name}.default in select_decomp_table() is True"
+                ),
+                name=name,
+                where=where,
+            )
         )
     from torch._decomp import core_aten_decompositions
 
     name = missing[0]
     if ops[name] in core_aten_decompositions():
         raise Hint(
-            f"{name} is missing: the core table decomposes it, but Inductor's exclusion list "
-            "(decomps_to_exclude, section 2's excerpt) takes it out again and lowers it directly"
+            tr(
+                (
+                    "{name} is missing: the core table decomposes it, but Inductor's exclusion "
+                    "list (decomps_to_exclude, section 2's excerpt) takes it out again and lowers "
+                    "it directly"
+                ),
+                name=name,
+            )
         )
     raise Hint(
-        f"{name} is missing: it has no decomposition in select_decomp_table() and a lowering "
-        "in `lowerings` (section 3)"
+        tr(
+            (
+                "{name} is missing: it has no decomposition in select_decomp_table() and a "
+                "lowering in `lowerings` (section 3)"
+            ),
+            name=name,
+        )
     )
 
 
 @exercise("03.4", "Which gradients are None")
 def none_gradients(answer: Any) -> str:
     if isinstance(answer, (str, int)) or not isinstance(answer, (list, tuple, set, frozenset)):
-        raise Hint("answer with a list of positions (ints) in the backward's output tuple")
+        raise Hint(tr("answer with a list of positions (ints) in the backward's output tuple"))
     _, truth = _step(False, x_requires_grad=True)
     _, before = _step(False)
     given = sorted(answer) if isinstance(answer, (set, frozenset)) else list(answer)
     if given == list(truth):
-        return (
-            f"None only at {list(truth)}: the backward returns one gradient per primal, in the "
-            "order of the graph's inputs; x now requires grad and gets a real gradient, y still "
-            "gets None"
+        return tr(
+            (
+                "None only at {list_truth}: the backward returns one gradient per primal, in "
+                "the order of the graph's inputs; x now requires grad and gets a real "
+                "gradient, y still gets None"
+            ),
+            list_truth=list(truth),
         )
     if given == list(before):
         raise Hint(
-            "that is section 1's answer, where x did not require grad; here it does, so its "
-            "slot holds a gradient"
+            tr(
+                "that is section 1's answer, where x did not require grad; here it does, so "
+                "its slot holds a gradient"
+            )
         )
     if not given:
-        raise Hint("y still does not require grad: its slot holds None")
+        raise Hint(tr("y still does not require grad: its slot holds None"))
     raise Hint(
-        "the slots follow the order of the Dynamo graph's placeholders (section 1 found x and y "
-        "there): print aot.backward[0].code and read its return line"
+        tr(
+            "the slots follow the order of the Dynamo graph's placeholders (section 1 found x "
+            "and y there): print aot.backward[0].code and read its return line"
+        )
     )

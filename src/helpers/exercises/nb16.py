@@ -13,7 +13,7 @@ import numbers
 from typing import Any
 
 from helpers import pipeline_parallel as pp
-from helpers.exercises import Hint, exercise
+from helpers.exercises import Hint, exercise, tr
 
 BUBBLE_P, BUBBLE_M = 8, 32  # 16.1
 SLOT_P, SLOT_M, SLOT_RANK, SLOT_INDEX = 4, 8, 1, 4  # 16.2
@@ -33,27 +33,36 @@ def gpipe_idle(p: int = BUBBLE_P, m: int = BUBBLE_M) -> float:
 @exercise("16.1", "GPipe's idle fraction for p = 8, m = 32")
 def bubble(answer: Any) -> str:
     if not _number(answer):
-        raise Hint("give a number, the fraction of the step a rank is idle (between 0 and 1)")
+        raise Hint(tr("give a number, the fraction of the step a rank is idle (between 0 and 1)"))
     p, m = BUBBLE_P, BUBBLE_M
     answer = float(answer)
     truth = gpipe_idle()
     if abs(answer - truth) < 1e-3:
-        return (
-            f"{truth:.4f} = (p-1)/(m+p-1) = {p - 1}/{m + p - 1}: the fill and the drain cost "
-            f"p-1 slots of forward+backward each rank spends idle out of m+p-1."
+        return tr(
+            (
+                "{truth:.4f} = (p-1)/(m+p-1) = {fill}/{slots}: the fill and the drain cost p-1 "
+                "slots of forward+backward each rank spends idle out of m+p-1."
+            ),
+            truth=truth,
+            fill=p - 1,
+            slots=m + p - 1,
         )
     if abs(answer - (p - 1) / m) < 1e-3:
         raise Hint(
-            "(p-1)/m is the Playbook's ratio of the bubble to the ideal time, not a fraction of "
-            "the step: the step lasts m+p-1 slots, not m"
+            tr(
+                "(p-1)/m is the Playbook's ratio of the bubble to the ideal time, not a "
+                "fraction of the step: the step lasts m+p-1 slots, not m"
+            )
         )
     if abs(answer - 100 * truth) < 0.1:
-        raise Hint("that is a percentage: give the fraction, a number between 0 and 1")
+        raise Hint(tr("that is a percentage: give the fraction, a number between 0 and 1"))
     if abs(answer - (1 - truth)) < 1e-3:
-        raise Hint("that is the fraction a rank is busy; the question asks for the idle part")
+        raise Hint(tr("that is the fraction a rank is busy; the question asks for the idle part"))
     if abs(answer - (p - 1) / (m + p)) < 1e-3 or abs(answer - p / (m + p - 1)) < 1e-3:
-        raise Hint("off by one slot: count the p-1 slots of fill before the last stage starts")
-    raise Hint("replay it: pp.simulate({r: pp.scratch_order('gpipe', 8, 32, r) for r in range(8)})")
+        raise Hint(tr("off by one slot: count the p-1 slots of fill before the last stage starts"))
+    raise Hint(
+        tr("replay it: pp.simulate({{r: pp.scratch_order('gpipe', 8, 32, r) for r in range(8)}})")
+    )
 
 
 def slot_action(
@@ -74,27 +83,36 @@ def slot(answer: Any) -> str:
         if stage_ok and isinstance(kind, str) and isinstance(mb, int):
             answer = f"{kind}{mb}"
     if not isinstance(answer, str):
-        raise Hint('give a string such as "F2" or "B0"')
+        raise Hint(tr('give a string such as "F2" or "B0"'))
     a = answer.strip().upper().replace(" ", "")
     if a == truth:
-        return (
-            f"{truth}: rank 1 runs p-1-r = 2 warm-up forwards (F0, F1), then alternates one "
-            "forward and one backward: F2, B0, F3, B1, ..."
+        return tr(
+            (
+                "{truth}: rank 1 runs p-1-r = 2 warm-up forwards (F0, F1), then alternates "
+                "one forward and one backward: F2, B0, F3, B1, ..."
+            ),
+            truth=truth,
         )
     if a == "F4":
-        raise Hint("that would be GPipe's order (every forward first); 1F1B starts backward early")
+        raise Hint(
+            tr("that would be GPipe's order (every forward first); 1F1B starts backward early")
+        )
     if a == "B0":
-        raise Hint("one slot too early: B0 is index 3, the fourth action; index 4 is the fifth")
+        raise Hint(tr("one slot too early: B0 is index 3, the fourth action; index 4 is the fifth"))
     if a == "F2":
         raise Hint(
-            "F2 is index 2, the first forward after rank 1's p-1-r = 2 warm-up forwards; "
-            "count on to index 4"
+            tr(
+                "F2 is index 2, the first forward after rank 1's p-1-r = 2 warm-up forwards; "
+                "count on to index 4"
+            )
         )
     if a == "B1":
-        raise Hint("one slot too late: count F0 F1 F2 B0 ... from index 0")
+        raise Hint(tr("one slot too late: count F0 F1 F2 B0 ... from index 0"))
     raise Hint(
-        "rank r runs p-1-r forwards, then one forward and one backward in turn; "
-        "print pp.library_order('Schedule1F1B', 4, 8)[1]"
+        tr(
+            "rank r runs p-1-r forwards, then one forward and one backward in turn; print "
+            "pp.library_order('Schedule1F1B', 4, 8)[1]"
+        )
     )
 
 
@@ -106,22 +124,30 @@ def held_1f1b(p: int = HELD_P, m: int = HELD_M) -> list[int]:
 @exercise("16.3", "Micro-batches held per rank under 1F1B, p = 8, m = 16")
 def held(answer: Any) -> str:
     if not isinstance(answer, (list, tuple)) or not all(_number(a) for a in answer):
-        raise Hint("give a list of numbers, one per rank, rank 0 first")
+        raise Hint(tr("give a list of numbers, one per rank, rank 0 first"))
     truth = held_1f1b()
     got = list(answer)
     if len(got) != HELD_P:
-        raise Hint(f"one number per rank: {HELD_P} ranks")
+        raise Hint(tr("one number per rank: {ranks} ranks", ranks=HELD_P))
     if got == truth:
-        return (
-            f"{truth}: rank r holds its p-1-r warm-up micro-batches plus the one it forwards "
-            "before its first backward, p-r in all, for any m >= p-r (GPipe would hold m = 16)."
+        return tr(
+            (
+                "{truth}: rank r holds its p-1-r warm-up micro-batches plus the one it "
+                "forwards before its first backward, p-r in all, for any m >= p-r (GPipe "
+                "would hold m = 16)."
+            ),
+            truth=truth,
         )
     if got == [HELD_M] * HELD_P:
-        raise Hint("that is GPipe: every forward before any backward; 1F1B starts backward early")
+        raise Hint(
+            tr("that is GPipe: every forward before any backward; 1F1B starts backward early")
+        )
     if got == [t - 1 for t in truth]:
-        raise Hint("count the steady state's first forward too: it runs before the first backward")
+        raise Hint(
+            tr("count the steady state's first forward too: it runs before the first backward")
+        )
     if got == [HELD_P] * HELD_P:
-        raise Hint("p is rank 0's peak; later ranks start backward sooner")
+        raise Hint(tr("p is rank 0's peak; later ranks start backward sooner"))
     if got == truth[::-1]:
-        raise Hint("reversed: rank 0 (the first stage) waits longest for its first backward")
-    raise Hint("count with pp.peak_in_flight(pp.scratch_order('1f1b', 8, 16, r)) for each r")
+        raise Hint(tr("reversed: rank 0 (the first stage) waits longest for its first backward"))
+    raise Hint(tr("count with pp.peak_in_flight(pp.scratch_order('1f1b', 8, 16, r)) for each r"))
