@@ -10,7 +10,8 @@ nbval policy (`pytest --nbval`, strict; options in pyproject.toml):
   (`application/vnd.jupyter.widget-view+json`, which nbval does not compare). The step viewers'
   model ids are hashes of their data, and the steps' data they display
   (`application/vnd.pytorch-source-reading.widget-state+json`, helpers.viewers) is compared like
-  any text output (05's ring viewer; 01's viewer cell is `NBVAL_IGNORE_OUTPUT`).
+  any text output (05's ring viewer, 16's timeline viewer; 01's viewer cell is
+  `NBVAL_IGNORE_OUTPUT`).
 - Sanitized before comparing: tests/nbval_sanitize.cfg (addresses, ports, pids, temp paths,
   ipykernel file names, site-packages paths, torch log prefixes, tagged timings).
 - Cell timeout 600 s: generous, because a timeout marks every later cell of the notebook as
