@@ -46,11 +46,11 @@ LOCALE = ROOT / "locale" / "zh"
 LANG = "zh_CN"
 JUDGES = ROOT / "src" / "helpers" / "exercises"
 EXERCISE_CATALOG = LOCALE / "exercises.po"
-#: Judge modules whose messages are all translated (tests/test_zh.py holds them to it). Not yet:
-#: nb17, nb18: their notebooks were being re-read when the others were converted (issue 28).
+#: Judge modules whose messages are all translated (tests/test_zh.py holds them to it): every one.
+#: A new notebook's judge module joins when its messages are translated (`tools/zh.py exercises`).
 TRANSLATED_JUDGES = (
     "__init__", "nb00", "nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09",
-    "nb10", "nb11", "nb12", "nb13", "nb14", "nb15", "nb16",
+    "nb10", "nb11", "nb12", "nb13", "nb14", "nb15", "nb16", "nb17", "nb18",
 )  # fmt: skip
 
 
