@@ -44,7 +44,7 @@ def _int_list(answer: Any, length: int, what: str) -> list[int]:
 
 @exercise("17.1", "Causal work per rank, contiguous split, N = 8")
 def causal_work_exercise(answer: Any) -> str:
-    got = _int_list(answer, WORK_N, "one per rank, rank 0 first")
+    got = _int_list(answer, WORK_N, tr("one per rank, rank 0 first"))
     truth = causal_work(WORK_S, WORK_N, "contiguous")
     c = WORK_S // WORK_N
     if got == truth:
@@ -71,7 +71,9 @@ def causal_work_exercise(answer: Any) -> str:
 
 @exercise("17.2", "Rank 1's tokens, zig-zag, S = 32, N = 4")
 def zigzag_tokens(answer: Any) -> str:
-    got = _int_list(answer, len(answer) if isinstance(answer, (list, tuple)) else 0, "positions")
+    got = _int_list(
+        answer, len(answer) if isinstance(answer, (list, tuple)) else 0, tr("positions")
+    )
     pieces = cp.chunks_of(ZZ_S, ZZ_N, ZZ_RANK, "zigzag")
     truth = [t for s, n in pieces for t in range(s, s + n)]
     if got == truth:
