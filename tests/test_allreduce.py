@@ -35,7 +35,7 @@ from helpers.allreduce import (
 )
 from helpers.launch import WorkerError, launch
 from helpers.pictures import ring_svg
-from helpers.viewers import STATE_MIME, WIDGET_VIEW_MIME, esm_path
+from helpers.viewers import STATE_MIME, WIDGET_VIEW_MIME, esm
 
 DTYPE_OPS = [("float32", "SUM"), ("float32", "AVG"), ("float64", "SUM"), ("int64", "SUM")]
 ELEMENT_SIZE = {"float32": 4, "float64": 8, "int64": 8}
@@ -140,7 +140,7 @@ def test_ring_step_text_and_viewer() -> None:
     assert data["text/plain"] == first  # the text twin: step 0
     model_id = data[WIDGET_VIEW_MIME]["model_id"]
     embedded = data[STATE_MIME]["state"][model_id]["state"]
-    assert embedded["steps"] == viewer.steps and viewer._esm == esm_path("ring").read_text()
+    assert embedded["steps"] == viewer.steps and viewer._esm == esm("ring")
     assert json.loads(json.dumps(data[STATE_MIME])) == data[STATE_MIME]  # plain JSON
 
 

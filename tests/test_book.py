@@ -398,7 +398,7 @@ def test_staging_moves_viewer_state_into_metadata() -> None:
     """A viewer's display carries its state (data only); staging puts it, with the ES module,
     where MyST-NB looks (the notebook's `widgets` metadata), or, without the HTML manager,
     leaves the text twin alone: no widget view for a page that could not draw it."""
-    from helpers.viewers import STATE_MIME, WIDGET_VIEW_MIME, RingViewer, esm_path
+    from helpers.viewers import STATE_MIME, WIDGET_VIEW_MIME, RingViewer, esm
 
     viewer = RingViewer([{"step": 0, "svg": "<svg/>", "text": "step 0 of 0"}], text="step 0 of 0")
     data, _ = viewer._repr_mimebundle_()
@@ -416,7 +416,7 @@ def test_staging_moves_viewer_state_into_metadata() -> None:
     output = nb.cells[0].outputs[0]["data"]
     assert STATE_MIME not in output and WIDGET_VIEW_MIME in output, sorted(output)
     state = nb.metadata["widgets"][book.WIDGET_STATE_MIME]["state"]
-    assert state[model_id]["state"]["_esm"] == esm_path("ring").read_text()
+    assert state[model_id]["state"]["_esm"] == esm("ring")
     assert set(state) == {model_id, f"{model_id}-layout"}, sorted(state)
     bare = notebook()
     assert book.embed_widgets(bare, keep_views=False) == 1

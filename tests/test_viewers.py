@@ -15,7 +15,7 @@ from helpers.viewers import (
     RingViewer,
     StepViewer,
     TimelineViewer,
-    esm_path,
+    esm,
     with_modules,
 )
 
@@ -48,7 +48,7 @@ def test_display_carries_view_state_and_text_twin() -> None:
     assert model["state"]["layout"] == f"IPY_MODEL_{viewer.model_id}-layout"
     assert "_esm" not in model["state"]  # data only: the module is added for the book
     full = with_modules(state)[viewer.model_id]["state"]
-    assert full["_esm"] == esm_path("callpath").read_text() == viewer._esm
+    assert full["_esm"] == esm("callpath") == viewer._esm
     assert {k: v for k, v in full.items() if k != "_esm"} == model["state"]
     with pytest.raises(ValueError, match="unknown viewer 'x.Y'"):
         with_modules({"m": {"state": {"_anywidget_id": "x.Y"}}})
@@ -59,7 +59,7 @@ def test_display_carries_view_state_and_text_twin() -> None:
 
 @pytest.mark.parametrize("name", ["ring", "callpath", "pipeline"])
 def test_es_modules_export_a_render(name: str) -> None:
-    text = esm_path(name).read_text()
+    text = esm(name)
     assert "export default { render }" in text and "function render({ model, el })" in text
     assert "http" not in text.replace("https://", ""), "the module loads nothing"
     assert 'model.on("change:step"' in text and "model.save_changes()" in text
@@ -73,9 +73,9 @@ def test_timeline_viewer_carries_its_picture_once() -> None:
     assert model["picture"] == "<svg/>" and model["steps"] == steps, model
     assert model["_anywidget_id"] == "helpers.viewers.TimelineViewer"
     full = with_modules(data[STATE_MIME]["state"])[viewer.model_id]["state"]
-    assert full["_esm"] == esm_path("pipeline").read_text()
+    assert full["_esm"] == esm("pipeline")
     # the picture is drawn once: the module moves the band and marks boxes, it redraws nothing
-    text = esm_path("pipeline").read_text()
+    text = esm("pipeline")
     assert text.count("innerHTML") == 1 and 'band.setAttribute("x"' in text
     viewer.close()
 

@@ -37,6 +37,7 @@ __all__ = [
     "RingViewer",
     "StepViewer",
     "TimelineViewer",
+    "esm",
     "esm_path",
     "with_modules",
 ]
@@ -51,6 +52,12 @@ WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 def esm_path(name: str) -> Path:
     """The ES module file of a viewer (`ring`, `callpath`, `pipeline`)."""
     return HERE / f"{name}.js"
+
+
+def esm(name: str) -> str:
+    """A viewer's ES module as the browser gets it: the shared slider plumbing (`slider.js`,
+    `driveSlider`) followed by the viewer's own file."""
+    return (HERE / "slider.js").read_text() + "\n" + esm_path(name).read_text()
 
 
 def _unique_id(base: str) -> str:
@@ -113,7 +120,7 @@ class RingViewer(StepViewer):
     `.ring-step-readout`), the picture `svg.ring-svg[data-step]`, the text `pre.ring-step-text`.
     """
 
-    _esm = esm_path("ring").read_text()
+    _esm = esm("ring")
 
 
 class CallPathViewer(StepViewer):
@@ -125,7 +132,7 @@ class CallPathViewer(StepViewer):
     step's name `.pipeline-step-name` and text `pre.pipeline-step-text`.
     """
 
-    _esm = esm_path("callpath").read_text()
+    _esm = esm("callpath")
 
 
 class TimelineViewer(StepViewer):
@@ -141,7 +148,7 @@ class TimelineViewer(StepViewer):
     `rect.slot-band` and boxes `g.action[data-active]`, the text `pre.timeline-step-text`.
     """
 
-    _esm = esm_path("pipeline").read_text()
+    _esm = esm("pipeline")
     picture = traitlets.Unicode("").tag(sync=True)
 
 
