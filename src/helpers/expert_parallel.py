@@ -227,12 +227,10 @@ EXCHANGE_LOG: list[dict[str, Any]] = []  # every exchange of this process, in or
 _PHASE = ["forward"]
 
 
-def _all_to_all(
-    out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int], what: str
-) -> None:
+def _log_exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int], what: str) -> None:
+    """Append one exchange of rows of `x` to EXCHANGE_LOG (rows, bytes to and from other ranks)."""
     rank = dist.get_rank()
-    row = math.prod(inp.shape[1:]) * inp.element_size()  # bytes of one row (1 for a 1-D tensor)
-    dist.all_to_all_single(out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits)
+    row = math.prod(x.shape[1:]) * x.element_size()  # bytes of one row (1 for a 1-D tensor)
     EXCHANGE_LOG.append(
         {
             "what": what,
@@ -243,6 +241,13 @@ def _all_to_all(
             "bytes_received": sum(n for p, n in enumerate(out_splits) if p != rank) * row,
         }
     )
+
+
+def _all_to_all(
+    out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int], what: str
+) -> None:
+    dist.all_to_all_single(out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits)
+    _log_exchange(inp, out_splits, in_splits, what)
 
 
 class AllToAll(torch.autograd.Function):
@@ -272,19 +277,8 @@ def _functional_exchange(x: torch.Tensor, out_splits, in_splits, what: str) -> t
     """The same exchange through the functional collective (autograd in the op itself)."""
     import torch.distributed._functional_collectives as fc
 
-    rank = dist.get_rank()
-    row = math.prod(x.shape[1:]) * x.element_size()
     out = fc.all_to_all_single(x.contiguous(), list(out_splits), list(in_splits), dist.group.WORLD)
-    EXCHANGE_LOG.append(
-        {
-            "what": what,
-            "phase": _PHASE[0],
-            "send_rows": list(in_splits),
-            "recv_rows": list(out_splits),
-            "bytes_sent": sum(n for p, n in enumerate(in_splits) if p != rank) * row,
-            "bytes_received": sum(n for p, n in enumerate(out_splits) if p != rank) * row,
-        }
-    )
+    _log_exchange(x, list(out_splits), list(in_splits), what)
     return fc.wait_tensor(out)
 
 
