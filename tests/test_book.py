@@ -12,12 +12,14 @@ same number), or that edition's landing page when it has no such page. Each land
 every notebook of its language, in reading order, and each edition's search page finds a notebook.
 
 The step viewers move in the static book (issue 27): on the pages of notebooks 05 (the ring),
-01 (the call path) and 16 (a pipeline schedule's timeline), in both editions, the widget renders
-from the state the page embeds, one ArrowRight on its slider moves it one step, and what it shows
-before and after is that step's recorded content (the steps embedded in the staged notebook,
-checked by tests/viewer_checks.py; the ring also gets the JupyterLab test's checks; the timeline's
-marked boxes are the actions its text lists), with no console error and no request leaving
-127.0.0.1.
+01 (the call path), 16 (a pipeline schedule's timeline) and 17 (ring attention's schedule, and an
+expert-parallel step's all-to-all exchanges), in both editions, the widget renders from the state
+the page embeds, one ArrowRight on its slider moves it one step, and what it shows before and
+after is that step's recorded content (the steps embedded in the staged notebook, checked by
+tests/viewer_checks.py; the ring also gets the JupyterLab test's checks; the timeline's marked
+boxes are the actions its text lists; ring attention's boxes and arrows are the holders and sends
+its text lists, the all-to-all's flows the rows its text lists), with no console error and no
+request leaving 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -33,11 +35,15 @@ import nbformat
 import pytest
 from static_site import HOST, http_status, serve, visit
 from viewer_checks import (
+    ALLTOALL_STATE,
     CALLPATH_STATE,
+    RINGATTN_STATE,
     TIMELINE_STATE,
     VIEW_STATE,
+    check_alltoall_step,
     check_callpath_step,
     check_ring_steps,
+    check_ringattn_step,
     check_timeline_step,
     step_viewer,
 )
@@ -107,12 +113,15 @@ ZH_IN_BROWSER = {
     "docs/teaching.html",
 }
 ZH_NOTEBOOKS_IN_BROWSER = ("00_", "05_", "14_")
-# the step viewers that must move in the book (issue 27): notebook page -> what its viewer shows
-VIEWER_PAGES = {
-    "05_allreduce_from_scratch": VIEW_STATE,
-    "01_torch_compile_entry": CALLPATH_STATE,
-    "16_pipeline_parallelism": TIMELINE_STATE,
-}
+# the step viewers that must move in the book (issue 27): (notebook page, what its viewer shows,
+# the viewer's class as anywidget names it); a page may hold several viewers
+VIEWER_PAGES = [
+    ("05_allreduce_from_scratch", VIEW_STATE, "helpers.viewers.RingViewer"),
+    ("01_torch_compile_entry", CALLPATH_STATE, "helpers.viewers.CallPathViewer"),
+    ("16_pipeline_parallelism", TIMELINE_STATE, "helpers.viewers.TimelineViewer"),
+    ("17_context_and_expert_parallelism", RINGATTN_STATE, "helpers.viewers.RingAttentionViewer"),
+    ("17_context_and_expert_parallelism", ALLTOALL_STATE, "helpers.viewers.AllToAllViewer"),
+]
 
 
 class _PageReader(HTMLParser):
@@ -356,12 +365,17 @@ def test_search_finds_a_notebook(site, browser, lang: str) -> None:
         assert any(h.startswith(prefix + notebook) for h in hits), f"{query}: hits {hits[:10]}"
 
 
-def _embedded_viewer(staged: Path) -> tuple[list[dict], int]:
-    """The `steps` and start `step` of the one step viewer a staged notebook embeds."""
+def _embedded_viewer(staged: Path, kind: str) -> tuple[list[dict], int]:
+    """The `steps` and start `step` of the one step viewer of class `kind` (its anywidget id) a
+    staged notebook embeds."""
     nb = nbformat.read(staged, 4)
     state = nb.metadata.get("widgets", {}).get(book.WIDGET_STATE_MIME, {}).get("state", {})
-    viewers = [m["state"] for m in state.values() if m["model_name"] == "AnyModel"]
-    assert len(viewers) == 1, f"{staged.name}: expected one embedded step viewer, found {viewers}"
+    viewers = [
+        m["state"]
+        for m in state.values()
+        if m["model_name"] == "AnyModel" and m["state"].get("_anywidget_id") == kind
+    ]
+    assert len(viewers) == 1, f"{staged.name}: expected one embedded {kind}, found {viewers}"
     return viewers[0]["steps"], viewers[0]["step"]
 
 
@@ -374,13 +388,14 @@ def test_step_viewers_move_in_the_book(site, browser, lang: str) -> None:
         if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
             pytest.fail(f"{reason}; CI is set, so the book's viewers must move")
         pytest.skip(reason)
-    for stem, state in VIEWER_PAGES.items():
+    for stem, state, kind in VIEWER_PAGES:
         rel = f"notebooks/{stem}.html"
         url = urljoin(base, f"{folder}/{rel}" if folder else rel)
         with visit(browser, url, ready=f"({state})().text !== null") as (page, record):
             before, after = step_viewer(page, state)
         assert not record.problems(), f"{lang} {rel}: {record.problems()}"
-        steps, start = _embedded_viewer(out.parent / "book-src" / lang / f"notebooks/{stem}.ipynb")
+        staged = out.parent / "book-src" / lang / f"notebooks/{stem}.ipynb"
+        steps, start = _embedded_viewer(staged, kind)
         if state == VIEW_STATE:
             check_ring_steps(before, after)
             shown = [before["text"], after["text"]]
@@ -389,9 +404,15 @@ def test_step_viewers_move_in_the_book(site, browser, lang: str) -> None:
         elif state == CALLPATH_STATE:
             check_callpath_step(before, steps[start], start, len(steps))
             check_callpath_step(after, steps[start + 1], start + 1, len(steps))
-        else:
+        elif state == TIMELINE_STATE:
             check_timeline_step(before, steps[start], start, len(steps))
             check_timeline_step(after, steps[start + 1], start + 1, len(steps))
+        elif state == RINGATTN_STATE:
+            check_ringattn_step(before, steps[start], start)
+            check_ringattn_step(after, steps[start + 1], start + 1)
+        else:
+            check_alltoall_step(before, steps[start], start, len(steps))
+            check_alltoall_step(after, steps[start + 1], start + 1, len(steps))
 
 
 def test_staging_moves_viewer_state_into_metadata() -> None:

@@ -1,5 +1,7 @@
 """Tests of helpers.viewers: the browser-side step viewers' model ids are deterministic and
-unique, their display carries the state the book embeds, and their ES modules are the files."""
+unique, their display carries the state the book embeds, and their ES modules are the files;
+notebook 17's two viewers (ring attention's schedule, an expert-parallel step's exchanges) carry
+the data they are built from and draw what their text says."""
 
 from __future__ import annotations
 
@@ -8,10 +10,14 @@ import re
 
 import pytest
 
+from helpers import context_parallel as cp
+from helpers import expert_parallel as ep
 from helpers.viewers import (
     STATE_MIME,
     WIDGET_VIEW_MIME,
+    AllToAllViewer,
     CallPathViewer,
+    RingAttentionViewer,
     RingViewer,
     StepViewer,
     TimelineViewer,
@@ -57,7 +63,7 @@ def test_display_carries_view_state_and_text_twin() -> None:
     viewer.close()
 
 
-@pytest.mark.parametrize("name", ["ring", "callpath", "pipeline"])
+@pytest.mark.parametrize("name", ["ring", "callpath", "pipeline", "ringattn", "alltoall"])
 def test_es_modules_export_a_render(name: str) -> None:
     text = esm(name)
     assert "export default { render }" in text and "function render({ model, el })" in text
@@ -85,3 +91,119 @@ def test_bad_arguments() -> None:
         StepViewer([])
     with pytest.raises(ValueError, match=r"start must be in \[0, 1\], got 2"):
         RingViewer(STEPS, start=2)
+
+
+@pytest.mark.parametrize("layout", cp.LAYOUTS)
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ring_schedule_is_the_ring(world_size: int, layout: str) -> None:
+    """Every rank meets every block once; under a causal mask what it computes is work_formula's
+    count; what arrives at a rank is what its left neighbour held, and holds it next step."""
+    n, seq = world_size, 16
+    for causal in (False, True):
+        plan = cp.ring_schedule(n, layout, causal, seq)
+        for r in range(n):
+            assert sorted(step[r]["owner"] for step in plan) == list(range(n)), plan
+        for s, step in enumerate(plan[:-1]):
+            for e in step:
+                left = step[(e["rank"] - 1) % n]["owner"]
+                assert e["arrives"] == left == plan[s + 1][e["rank"]]["owner"], (s, e)
+                assert (e["send_to"], e["recv_from"]) == ((e["rank"] + 1) % n, (e["rank"] - 1) % n)
+        assert all(e["send_to"] is None for e in plan[-1]), plan[-1]
+        chunk = dict(cp.chunks_of(seq, n, 0, layout))[0]  # every chunk has this length
+        pairs = [sum(len(step[r]["computed"]) for step in plan) for r in range(n)]
+        skipped = [sum(len(step[r]["skipped"]) for step in plan) for r in range(n)]
+        if causal:
+            assert [p * chunk * chunk for p in pairs] == cp.work_formula(n, layout, seq), pairs
+        else:
+            assert skipped == [0] * n, skipped
+        assert {p + q for p, q in zip(pairs, skipped, strict=True)} == {
+            n * len(cp.chunks_of(seq, n, 0, layout)) ** 2
+        }
+
+
+def test_ring_attention_viewer_draws_its_schedule() -> None:
+    viewer = cp.ring_attention_step_viewer(4, "zigzag", causal=True)
+    assert isinstance(viewer, RingAttentionViewer) and len(viewer.steps) == 4
+    plan = cp.ring_schedule(4, "zigzag", True)
+    assert [step["plan"] for step in viewer.steps] == plan
+    for s, step in enumerate(viewer.steps):
+        svg, text = step["svg"], step["text"]
+        assert f'class="ringattn-svg" data-step="{s}"' in svg and text.startswith(f"step {s} of")
+        owners = re.findall(r'<g class="rank" data-rank="(\d+)" data-owner="(\d+)"', svg)
+        assert owners == [(str(e["rank"]), str(e["owner"])) for e in plan[s]], owners
+        listed = re.findall(r"^rank (\d+) holds the K/V block of rank (\d+)", text, re.M)
+        assert listed == owners, (listed, owners)
+        shifts = re.findall(r'<g class="shift" data-from="(\d+)" data-to="(\d+)"', svg)
+        assert len(shifts) == (4 if s < 3 else 0), shifts
+        now = len(re.findall(r'data-state="now"', svg))
+        assert now == sum(len(e["computed"]) for e in plan[s]), now  # zig-zag: 1 cell a pair
+    assert viewer._repr_mimebundle_()[0]["text/plain"] == viewer.steps[0]["text"]
+    again = cp.ring_attention_step_viewer(4, "zigzag", causal=True)
+    assert again.model_id == f"{viewer.model_id}-2"  # the same data: the same id, made unique
+    viewer.close()
+    again.close()
+
+
+def _recorded_run() -> list[dict]:
+    """A 2-rank run shaped as expert_parallel_step returns it (E = 4, 2 experts a rank)."""
+    kept = [[3, 1, 0, 2], [1, 2, 2, 1]]  # kept rows per expert, rank by rank
+    send = [[sum(k[0:2]), sum(k[2:4])] for k in kept]
+    recv_counts = [[kept[s][2 * p : 2 * p + 2] for s in range(2)] for p in range(2)]
+    recv = [[sum(c) for c in recv_counts[p]] for p in range(2)]
+    row = ep.HIDDEN * 4
+
+    def record(what, phase, sent, got, r, unit=row):
+        others = lambda rows: sum(n for p, n in enumerate(rows) if p != r) * unit  # noqa: E731
+        return {"what": what, "phase": phase, "send_rows": sent, "recv_rows": got,
+                "bytes_sent": others(sent), "bytes_received": others(got)}  # fmt: skip
+
+    return [
+        {
+            "kept_per_expert": kept[r],
+            "recv_counts": recv_counts[r],
+            "send_splits": send[r],
+            "recv_splits": recv[r],
+            "exchanges": [
+                record("counts", "forward", [2, 2], [2, 2], r, 8),
+                record("dispatch", "forward", send[r], recv[r], r),
+                record("combine", "forward", recv[r], send[r], r),
+                record("combine (backward)", "backward", send[r], recv[r], r),
+                record("dispatch (backward)", "backward", recv[r], send[r], r),
+            ],
+        }
+        for r in range(2)
+    ]
+
+
+def test_exchange_viewer_replays_the_log() -> None:
+    per_rank = _recorded_run()
+    viewer = ep.exchange_step_viewer(per_rank)
+    assert isinstance(viewer, AllToAllViewer)
+    order = [s["what"] for s in viewer.steps]
+    assert order == ["counts", "dispatch", "experts", "combine", "combine (backward)",
+                     "dispatch (backward)"], order  # fmt: skip
+    by = {s["what"]: s for s in viewer.steps}
+    assert by["dispatch"]["rows"] == [r["send_splits"] for r in per_rank]
+    assert by["experts"]["experts"] == [4, 3, 2, 3] and by["experts"]["sources"][0] == [3, 1]
+    assert by["counts"]["values"] == [r["kept_per_expert"] for r in per_rank]
+    for i, step in enumerate(viewer.steps):
+        svg, text = step["svg"], step["text"]
+        assert f'data-step="{i}" data-what="{step["what"]}"' in svg
+        assert text.startswith(f"step {i + 1} of 6: {step['what']}")
+        flows = re.findall(
+            r'<g class="flow" data-from="(\d)" data-to="(\d)" data-rows="(\d+)"', svg
+        )
+        if step["what"] == "experts":
+            assert not flows and len(re.findall(r'<g class="expert"', svg)) == 4, svg
+            continue
+        want = [(str(r), str(p), str(n)) for r, rows in enumerate(step["rows"])
+                for p, n in enumerate(rows) if n]  # fmt: skip
+        assert flows == want, (step["what"], flows, want)
+        for r, rows in enumerate(step["rows"]):
+            assert f"rank {r} sends {rows} " in text, text
+    assert "(backward) (backward)" not in by["dispatch (backward)"]["text"]
+    viewer.close()
+    bad = _recorded_run()
+    bad[1]["exchanges"].pop()
+    with pytest.raises(ValueError, match="logged different exchanges"):
+        ep.exchange_steps(bad)

@@ -1,7 +1,9 @@
 """The step viewers' browser checks, shared by the JupyterLab test (tests/test_jupyterlab.py)
 and the book test (tests/test_book.py): what a viewer shows (read through the DOM hooks that
-`helpers.allreduce.ring_step_viewer`, `helpers.tracing.step_viewer` and
-`helpers.pipeline_parallel.timeline_step_viewer` document), how a reader moves its slider (focus,
+`helpers.allreduce.ring_step_viewer`, `helpers.tracing.step_viewer`,
+`helpers.pipeline_parallel.timeline_step_viewer`,
+`helpers.context_parallel.ring_attention_step_viewer` and
+`helpers.expert_parallel.exchange_step_viewer` document), how a reader moves its slider (focus,
 one ArrowRight), and what must hold before and after the move."""
 
 from __future__ import annotations
@@ -56,16 +58,50 @@ TIMELINE_STATE = """() => {
   };
 }"""
 
+# the ring attention viewer (notebook 17, section 3)
+RINGATTN_STATE = """() => {
+  const view = document.querySelector('.ringattn-step-view');
+  const svg = view && view.querySelector('svg.ringattn-svg');
+  return {
+    readout: view?.querySelector('.ringattn-step-slider .ringattn-step-readout')?.innerText ?? null,
+    text: view?.querySelector('.ringattn-step-text')?.innerText ?? null,
+    svg_step: svg ? svg.getAttribute('data-step') : null,
+    holds: svg ? Array.from(svg.querySelectorAll('g.rank'), g =>
+      `rank ${g.dataset.rank} holds ${g.dataset.owner}`) : null,
+    shifts: svg ? Array.from(svg.querySelectorAll('g.shift'), g =>
+      `${g.dataset.from} -> ${g.dataset.to}`) : null,
+    now: svg ? svg.querySelectorAll('rect.pair[data-state="now"]').length : null,
+  };
+}"""
+
+# the all-to-all viewer (notebook 17, section 7)
+ALLTOALL_STATE = """() => {
+  const view = document.querySelector('.alltoall-step-view');
+  const svg = view && view.querySelector('svg.alltoall-svg');
+  return {
+    readout: view?.querySelector('.alltoall-step-slider .alltoall-step-readout')?.innerText ?? null,
+    text: view?.querySelector('.alltoall-step-text')?.innerText ?? null,
+    svg_step: svg ? svg.getAttribute('data-step') : null,
+    svg_what: svg ? svg.getAttribute('data-what') : null,
+    flows: svg ? Array.from(svg.querySelectorAll('g.flow'), g =>
+      `${g.dataset.from} -> ${g.dataset.to}: ${g.dataset.rows}`) : null,
+    experts: svg ? Array.from(svg.querySelectorAll('g.expert'), g =>
+      `expert ${g.dataset.expert}: ${g.dataset.rows}`) : null,
+  };
+}"""
+
 SLIDERS = {
     VIEW_STATE: ".ring-step-view .ring-step-slider input[type=range]",
     CALLPATH_STATE: ".pipeline-step-view .pipeline-step-slider input[type=range]",
     TIMELINE_STATE: ".timeline-step-view .timeline-step-slider input[type=range]",
+    RINGATTN_STATE: ".ringattn-step-view .ringattn-step-slider input[type=range]",
+    ALLTOALL_STATE: ".alltoall-step-view .alltoall-step-slider input[type=range]",
 }
 
 
 def step_viewer(page, state: str = VIEW_STATE, timeout_s: float = VIEW_TIMEOUT_S):
     """Move a viewer's slider one step with the keyboard, as a reader would; returns `state`
-    (VIEW_STATE, CALLPATH_STATE or TIMELINE_STATE) before and after. Raises AssertionError when
+    (one of SLIDERS' keys) before and after. Raises AssertionError when
     the view does not redraw."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -139,4 +175,66 @@ def check_timeline_step(shown: dict, expected: dict, position: int, count: int) 
     assert shown["active_boxes"] == listed, (
         f"timeline viewer at slot {position}: expected the marked boxes to be the actions the "
         f"text lists, {listed}, found {shown['active_boxes']}"
+    )
+
+
+def check_ringattn_step(shown: dict, expected: dict, position: int) -> None:
+    """The ring attention viewer shows `expected` (one of its `steps`, at `position`): readout,
+    text and picture's step, and the picture's boxes and arrows are the holders and sends the
+    text lists, rank by rank; its highlighted pairs are the chunk pairs computed at the step."""
+    want = {"readout": f"s = {position}", "text": expected["text"], "svg_step": str(position)}
+    found = {k: shown[k] for k in want}
+    assert found == want, (
+        f"ring attention viewer at step {position}: expected {want}, found {found}"
+    )
+    holds, shifts = [], []
+    for block in re.split(r"^(?=rank \d+ holds)", shown["text"], flags=re.M)[1:]:
+        rank, owner = re.match(r"rank (\d+) holds the K/V block of rank (\d+)", block).groups()
+        holds.append(f"rank {rank} holds {owner}")
+        shifts += [f"{rank} -> {to}" for to in re.findall(r"sends it to rank (\d+)", block)]
+    assert (shown["holds"], shown["shifts"]) == (holds, shifts), (
+        f"ring attention viewer at step {position}: expected the picture's boxes {holds} and "
+        f"arrows {shifts} (the text's), found {shown['holds']} and {shown['shifts']}"
+    )
+    plan = expected["plan"]
+    assert [f"rank {e['rank']} holds {e['owner']}" for e in plan] == holds, (
+        f"ring attention viewer at step {position}: expected the text to list the step's "
+        f"schedule {plan}, found {holds}"
+    )
+    assert shown["now"] > 0 if any(e["computed"] for e in plan) else shown["now"] == 0, (
+        f"ring attention viewer at step {position}: computed pairs {plan}, highlighted "
+        f"{shown['now']}"
+    )
+
+
+def check_alltoall_step(shown: dict, expected: dict, position: int, count: int) -> None:
+    """The all-to-all viewer shows `expected` (one of its `steps`), at `position` of `count`:
+    readout, text, the picture's step and exchange; its flows (or expert bars) are the rows the
+    text lists, rank by rank."""
+    want = {
+        "readout": f"{position + 1} of {count}",
+        "text": expected["text"],
+        "svg_step": str(position),
+        "svg_what": expected["what"],
+    }
+    found = {k: shown[k] for k in want}
+    assert found == want, f"all-to-all viewer at {position}: expected {want}, found {found}"
+    if expected["what"] == "experts":
+        listed = [
+            f"expert {e}: {n}" for e, n in re.findall(r"expert (\d+): (\d+) rows", shown["text"])
+        ]
+        assert shown["experts"] == listed and not shown["flows"], (
+            f"all-to-all viewer at {position}: expected the expert bars {listed} and no flows, "
+            f"found {shown['experts']} and {shown['flows']}"
+        )
+        return
+    listed = [
+        f"{r} -> {p}: {n}"
+        for r, rows in re.findall(r"^rank (\d+) sends \[([\d, ]+)\]", shown["text"], re.M)
+        for p, n in enumerate(int(x) for x in rows.split(", "))
+        if n
+    ]
+    assert shown["flows"] == listed and listed, (
+        f"all-to-all viewer at {position}: expected the flows the text lists {listed}, found "
+        f"{shown['flows']}"
     )

@@ -46,6 +46,12 @@ __all__ = [
     "work_formula",
     "work_grid",
     "work_grid_svg",
+    "ring_owner",
+    "block_skipped",
+    "ring_schedule",
+    "ring_attention_svg",
+    "ring_attention_step_text",
+    "ring_attention_step_viewer",
 ]
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -97,6 +103,16 @@ def merge_sequence(parts: Sequence[torch.Tensor], layout: str) -> torch.Tensor:
     return out
 
 
+def block_skipped(q_start: int, q_len: int, k_start: int, causal: bool) -> bool:
+    """Whether a causal mask hides a whole block: its first key comes after its last query."""
+    return causal and k_start > q_start + q_len - 1
+
+
+def ring_owner(rank: int, step: int, world_size: int) -> int:
+    """The rank whose key/value block `rank` holds at ring step `step`: (rank - step) mod N."""
+    return (rank - step) % world_size
+
+
 def block_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -112,7 +128,7 @@ def block_attention(
     log of the block's softmax denominator, so that blocks can be merged exactly afterwards.
     """
     sq, sk = q.shape[2], k.shape[2]
-    if causal and k_start > q_start + sq - 1:
+    if block_skipped(q_start, sq, k_start, causal):
         return None  # every key is after every query: the block is skipped, no work
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Sq, Sk)
     if causal and k_start + sk - 1 > q_start:  # the block straddles the diagonal
@@ -185,8 +201,10 @@ def ring_attention(
 
     Step s uses the key/value block of rank (rank - s) mod N, then passes it on (N - 1 shifts of
     k and v stacked into one tensor). work counts the score entries this rank computed
-    ("scores"), the blocks it computed and skipped, and its CPU time in block arithmetic ("cpu_s").
-    tie=False leaves out the weight-0 tie at the end (the unit tests show the deadlock it prevents).
+    ("scores"), the blocks it computed and skipped, its CPU time in block arithmetic ("cpu_s") and,
+    per step, the owner of the block it held and the (q start, k start) chunk pairs it computed
+    and skipped ("steps", what `ring_schedule` predicts). tie=False leaves out the weight-0 tie
+    at the end (the unit tests show the deadlock it prevents).
     """
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     local = q.shape[2]
@@ -194,9 +212,12 @@ def ring_attention(
     q_chunks = chunks_of(seq_len, world_size, rank, layout)
     kv = torch.stack([k, v])  # (2, B, H, S/N, D): one tensor travels, one shift per step
     running: list[tuple[Any, Any]] = [(None, None)] * len(q_chunks)  # (out, lse) per q chunk
-    work = {"scores": 0, "blocks": 0, "skipped": 0, "cpu_s": 0.0}
+    work: dict[str, Any] = {"scores": 0, "blocks": 0, "skipped": 0, "cpu_s": 0.0, "steps": []}
     for step in range(world_size):
-        owner = (rank - step) % world_size
+        owner = ring_owner(rank, step, world_size)
+        # what this step did: the (q start, k start) pairs of the chunks computed and skipped
+        done: dict[str, Any] = {"owner": owner, "computed": [], "skipped": []}
+        work["steps"].append(done)
         t0 = time.thread_time()
         q_off = 0
         for i, (qs, qn) in enumerate(q_chunks):
@@ -213,8 +234,10 @@ def ring_attention(
                 k_off += kn
                 if res is None:
                     work["skipped"] += 1
+                    done["skipped"].append([qs, ks])
                     continue
                 work["blocks"] += 1
+                done["computed"].append([qs, ks])
                 work["scores"] += qn * kn
                 running[i] = merge_partial(*running[i], *res)
             q_off += qn
@@ -311,7 +334,7 @@ def work_grid(world_size: int, layout: str) -> list[list[int | None]]:
         for qs, qn in chunks_of(parts, world_size, rank, layout):
             for owner in range(world_size):
                 for ks, kn in chunks_of(parts, world_size, owner, layout):
-                    if ks > qs + qn - 1:
+                    if block_skipped(qs, qn, ks, True):
                         continue  # skipped, as in block_attention
                     for i in range(qs, qs + qn):
                         for j in range(ks, ks + kn):
@@ -529,3 +552,222 @@ def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) 
                 }
             )
     return results
+
+
+# ---------------------------------------------------------------- the ring, step by step
+def ring_schedule(
+    world_size: int, layout: str, causal: bool, seq_len: int = SHAPE[2]
+) -> list[list[dict[str, Any]]]:
+    """What every rank does at each step of `ring_attention`: plan[s][r], from the same rules.
+
+    Each entry: the rank, the owner of the block it holds (`ring_owner`), the (q start, k start)
+    chunk pairs it computes and skips (`block_skipped`, in `ring_attention`'s order), and, except
+    at the last step, the rank it sends the block to, the rank it receives from and whose block
+    arrives (`ring_owner` at the next step). Plain data (lists), comparable with the steps a run
+    records (`work["steps"]`).
+    """
+    plan = []
+    for step in range(world_size):
+        last = step == world_size - 1
+        ranks = []
+        for rank in range(world_size):
+            owner = ring_owner(rank, step, world_size)
+            computed, skipped = [], []
+            for qs, qn in chunks_of(seq_len, world_size, rank, layout):
+                for ks, _ in chunks_of(seq_len, world_size, owner, layout):
+                    (skipped if block_skipped(qs, qn, ks, causal) else computed).append([qs, ks])
+            ranks.append(
+                {
+                    "rank": rank,
+                    "owner": owner,
+                    "computed": computed,
+                    "skipped": skipped,
+                    "send_to": None if last else (rank + 1) % world_size,
+                    "recv_from": None if last else (rank - 1) % world_size,
+                    "arrives": None if last else ring_owner(rank, step + 1, world_size),
+                }
+            )
+        plan.append(ranks)
+    return plan
+
+
+def _tokens(chunks: Sequence[tuple[int, int]]) -> str:
+    """Token ranges as text: [(0, 2), (14, 2)] -> "0-1,14-15"."""
+    return ",".join(f"{s}-{s + n - 1}" for s, n in chunks)
+
+
+def ring_attention_step_text(
+    plan: list[list[dict[str, Any]]], step: int, layout: str, causal: bool, seq_len: int
+) -> str:
+    """Step `step` of `ring_schedule`'s plan as text: per rank the block it holds, the chunk pairs
+    it computes and skips (queries x keys, as token ranges), the keys its running (out, LSE) has
+    folded in so far, what it sends and receives. Deterministic: ranks and token positions only."""
+    n = len(plan)
+    mask = "causal" if causal else "no mask"
+    lines = [
+        f"step {step} of 0..{n - 1}: ring attention, {layout} split, {mask}, N={n}, S={seq_len}"
+    ]
+    for entry in plan[step]:
+        r, owner = entry["rank"], entry["owner"]
+        q_len = dict(chunks_of(seq_len, n, r, layout))
+        k_len = dict(chunks_of(seq_len, n, owner, layout))
+
+        pairs = {
+            key: ", ".join(
+                f"q{_tokens([(qs, q_len[qs])])} x k{_tokens([(ks, k_len[ks])])}"
+                for qs, ks in entry[key]
+            )
+            for key in ("computed", "skipped")
+        }
+        held = _tokens(chunks_of(seq_len, n, owner, layout))
+        lines.append(f"rank {r} holds the K/V block of rank {owner} (keys {held})")
+        lines.append(
+            f"  computes {pairs['computed'] or 'nothing'}; skips {pairs['skipped'] or 'none'}"
+        )
+        for qs, qn in chunks_of(seq_len, n, r, layout):
+            folded = []
+            for s in range(step + 1):
+                keys = dict(chunks_of(seq_len, n, plan[s][r]["owner"], layout))
+                folded += [(ks, keys[ks]) for q0, ks in plan[s][r]["computed"] if q0 == qs]
+            lines.append(
+                f"  running (out, LSE) of queries {_tokens([(qs, qn)])} has folded in keys "
+                f"{', '.join(_tokens([c]) for c in folded)}"
+            )
+        if entry["send_to"] is None:
+            lines.append("  last step: no shift")
+        else:
+            lines.append(
+                f"  sends it to rank {entry['send_to']}, receives rank {entry['arrives']}'s block"
+                f" from rank {entry['recv_from']}"
+            )
+    return "\n".join(lines)
+
+
+def ring_attention_svg(
+    plan: list[list[dict[str, Any]]], step: int, layout: str, seq_len: int, cell_px: int = 18
+) -> str:
+    """Step `step` of the plan as an SVG: a box per rank (the block it holds, in its owner's
+    colour), the shifts to the next rank, and the (query chunk, key chunk) grid of 2N chunks,
+    each pair marked by state: computed at this step, folded earlier, skipped at this step,
+    skipped earlier, or not yet met. Deterministic; DOM hooks: `svg.ringattn-svg[data-step]`,
+    `g.rank[data-rank][data-owner]`, `g.shift[data-from][data-to]`, `rect.pair[data-state]`."""
+    n = len(plan)
+    parts, unit = 2 * n, seq_len // (2 * n)
+    box_w, box_h, gap = 118, 50, 14
+    width = max(n * (box_w + gap) + 20, 2 * cell_px * parts + 220)
+    grid_top = box_h + 70
+    height = grid_top + parts * cell_px + 30
+    colour = [_RANK_COLOURS[r % len(_RANK_COLOURS)] for r in range(n)]
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="ringattn-svg" data-step="{step}" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'font-family="DejaVu Sans, Arial, sans-serif">',
+        '<defs><marker id="ringattn-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6"'
+        ' markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker>'
+        "</defs>",
+    ]
+    for entry in plan[step]:
+        r, owner = entry["rank"], entry["owner"]
+        x = 10 + r * (box_w + gap)
+        held = _tokens(chunks_of(seq_len, n, owner, layout))
+        out.append(
+            f'<g class="rank" data-rank="{r}" data-owner="{owner}" '
+            f'data-computed="{len(entry["computed"])}" data-skipped="{len(entry["skipped"])}">'
+            f'<rect x="{x}" y="10" width="{box_w}" height="{box_h}" rx="4" fill="{colour[owner]}"'
+            ' fill-opacity="0.25" stroke="#555"/>'
+            f'<text x="{x + 6}" y="26" font-size="11">rank {r}</text>'
+            f'<text x="{x + 6}" y="40" font-size="10">K/V of rank {owner}</text>'
+            f'<text x="{x + 6}" y="53" font-size="10">keys {held}</text></g>'
+        )
+        if entry["send_to"] is not None:
+            to = entry["send_to"]
+            x0, y0 = x + box_w / 2 - 8, 10 + box_h
+            x1 = 10 + to * (box_w + gap) + box_w / 2
+            dip = 22 if to == r + 1 else 40  # the wrap-around arrow goes lower
+            out.append(
+                f'<g class="shift" data-from="{r}" data-to="{to}"><path d="M{x0:.0f},{y0} '
+                f'C{x0:.0f},{y0 + dip} {x1:.0f},{y0 + dip} {x1 + 8:.0f},{y0 + 2}" fill="none" '
+                'stroke="#555" marker-end="url(#ringattn-arrow)"/></g>'
+            )
+    out.append(
+        f'<text x="10" y="{grid_top - 8}" font-size="11">query chunk (row) x key chunk (column),'
+        f" {parts} chunks of {unit} tokens</text>"
+    )
+    for j in range(parts):
+        out.append(
+            f'<text x="{40 + j * cell_px}" y="{grid_top + parts * cell_px + 12}" '
+            f'font-size="9">k{j * unit}</text>'
+        )
+    state: dict[tuple[int, int], tuple[str, int]] = {}
+    for s in range(step + 1):
+        for entry in plan[s]:
+            r, owner = entry["rank"], entry["owner"]
+            qn = dict(chunks_of(seq_len, n, r, layout))
+            kn = dict(chunks_of(seq_len, n, owner, layout))
+            for key, kind in (("computed", "now"), ("skipped", "skipped-now")):
+                for qs, ks in entry[key]:
+                    for i in range(qs // unit, (qs + qn[qs]) // unit):
+                        for j in range(ks // unit, (ks + kn[ks]) // unit):
+                            label = (
+                                kind if s == step else ("folded" if kind == "now" else "skipped")
+                            )
+                            state[(i, j)] = (label, r)
+    fills = {"skipped-now": "#bbbbbb", "skipped": "#eeeeee", "pending": "#ffffff"}
+    for i in range(parts):
+        y = grid_top + i * cell_px
+        out.append(f'<text x="10" y="{y + 13}" font-size="9">q{i * unit}</text>')
+        for j in range(parts):
+            label, r = state.get((i, j), ("pending", -1))
+            fill = fills.get(label, colour[r] if r >= 0 else "#ffffff")
+            opacity = "0.35" if label == "folded" else "1"
+            stroke = (
+                ' stroke="#000" stroke-width="1.5"'
+                if label in ("now", "skipped-now")
+                else (' stroke="#999" stroke-width="0.5"')
+            )
+            out.append(
+                f'<rect class="pair" data-q="{i * unit}" data-k="{j * unit}" data-state="{label}" '
+                f'x="{40 + j * cell_px}" y="{y}" width="{cell_px - 2}" height="{cell_px - 2}" '
+                f'fill="{fill}" fill-opacity="{opacity}"{stroke}/>'
+            )
+    lx = 60 + parts * cell_px
+    for k, (label, fill) in enumerate(
+        (("computed at this step", colour[0]), ("folded earlier (pale)", colour[0]),
+         ("skipped at this step", fills["skipped-now"]), ("skipped earlier", fills["skipped"]),
+         ("not met yet", fills["pending"]))
+    ):  # fmt: skip
+        y = grid_top + k * 18
+        opacity = "0.35" if k == 1 else "1"
+        out.append(
+            f'<rect x="{lx}" y="{y}" width="12" height="12" fill="{fill}" fill-opacity="{opacity}"'
+            f' stroke="#999"/><text x="{lx + 18}" y="{y + 10}" font-size="10">{label}</text>'
+        )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def ring_attention_step_viewer(
+    world_size: int, layout: str, causal: bool, seq_len: int = SHAPE[2]
+) -> Any:
+    """A slider over the steps of `ring_schedule(world_size, layout, causal, seq_len)`, drawn in
+    the browser (`helpers.viewers.RingAttentionViewer`); its plain-text twin is step 0's text.
+
+    steps[s]: {"step": s, "plan": plan[s], "svg": ring_attention_svg(...), "text":
+    ring_attention_step_text(...)}. DOM hooks: `.ringattn-step-view`, its slider
+    `.ringattn-step-slider` (`input[type=range]`, readout `.ringattn-step-readout`), the
+    picture `svg.ringattn-svg[data-step]` (hooks in `ring_attention_svg`), the text
+    `pre.ringattn-step-text`.
+    """
+    from helpers.viewers import RingAttentionViewer
+
+    plan = ring_schedule(world_size, layout, causal, seq_len)
+    steps = [
+        {
+            "step": s,
+            "plan": plan[s],
+            "svg": ring_attention_svg(plan, s, layout, seq_len),
+            "text": ring_attention_step_text(plan, s, layout, causal, seq_len),
+        }
+        for s in range(world_size)
+    ]
+    return RingAttentionViewer(steps, text=steps[0]["text"])

@@ -1,13 +1,15 @@
 """Step viewers whose view runs in the browser (issue 27): anywidget widgets fed with recorded data.
 
 Used by: `helpers.allreduce.ring_step_viewer` (notebook 05), `helpers.tracing.step_viewer`
-(notebook 01) and `helpers.pipeline_parallel.timeline_step_viewer` (notebook 16). A viewer only
+(notebook 01), `helpers.pipeline_parallel.timeline_step_viewer` (notebook 16), and
+`helpers.context_parallel.ring_attention_step_viewer` and
+`helpers.expert_parallel.exchange_step_viewer` (notebook 17). A viewer only
 replays data computed once in Python (every step's picture and text, as plain JSON in the
 widget's `steps` trait; the timeline viewer's one picture in `picture`); the slider, the picture
-and the text are drawn by one ES module per viewer (`ring.js`, `callpath.js`, `pipeline.js` next
-to this file), so the same widget moves in JupyterLab (the kernel only hears the `step` it is at)
-and in the static book, where the Jupyter widgets HTML manager renders it from its embedded
-state, with no kernel.
+and the text are drawn by one ES module per viewer (`ring.js`, `callpath.js`, `pipeline.js`,
+`ringattn.js`, `alltoall.js` next to this file), so the same widget moves in JupyterLab (the
+kernel only hears the `step` it is at) and in the static book, where the Jupyter widgets HTML
+manager renders it from its embedded state, with no kernel.
 
 Deterministic outputs: a widget's model id (and its layout's) is a hash of its class and data
 instead of a random uuid (a second live widget with the same data gets `-2`, `-3`, ...), and
@@ -33,7 +35,9 @@ from ipywidgets.embed import dependency_state
 
 __all__ = [
     "STATE_MIME",
+    "AllToAllViewer",
     "CallPathViewer",
+    "RingAttentionViewer",
     "RingViewer",
     "StepViewer",
     "TimelineViewer",
@@ -50,7 +54,7 @@ WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def esm_path(name: str) -> Path:
-    """The ES module file of a viewer (`ring`, `callpath`, `pipeline`)."""
+    """The ES module file of a viewer (`ring`, `callpath`, `pipeline`, `ringattn`, `alltoall`)."""
     return HERE / f"{name}.js"
 
 
@@ -152,8 +156,37 @@ class TimelineViewer(StepViewer):
     picture = traitlets.Unicode("").tag(sync=True)
 
 
+class RingAttentionViewer(StepViewer):
+    """Ring attention's schedule, step by step
+    (`helpers.context_parallel.ring_attention_step_viewer`).
+
+    `steps[s]`: `{"step": s, "plan": ring_schedule(...)[s], "svg", "text"}`. DOM hooks:
+    `.ringattn-step-view`, its slider `.ringattn-step-slider` (`input[type=range]`, readout
+    `.ringattn-step-readout`), the picture `svg.ringattn-svg[data-step]` with one
+    `g.rank[data-rank][data-owner]` per rank and one `g.shift[data-from][data-to]` per send, the
+    text `pre.ringattn-step-text`.
+    """
+
+    _esm = esm("ringattn")
+
+
+class AllToAllViewer(StepViewer):
+    """An expert-parallel step's recorded exchanges, one at a time
+    (`helpers.expert_parallel.exchange_step_viewer`).
+
+    `steps[i]`: `{"index": i, "what", "phase", "rows", "svg", "text"}`. DOM hooks:
+    `.alltoall-step-view`, its slider `.alltoall-step-slider` (`input[type=range]`, readout
+    `.alltoall-step-readout`), the picture `svg.alltoall-svg[data-step][data-what]` with one
+    `g.flow[data-from][data-to][data-rows]` per non-empty flow between ranks and one
+    `g.expert[data-expert][data-rows]` per expert, the text `pre.alltoall-step-text`.
+    """
+
+    _esm = esm("alltoall")
+
+
 VIEWERS = {
-    f"{cls.__module__}.{cls.__name__}": cls for cls in (RingViewer, CallPathViewer, TimelineViewer)
+    f"{cls.__module__}.{cls.__name__}": cls
+    for cls in (RingViewer, CallPathViewer, TimelineViewer, RingAttentionViewer, AllToAllViewer)
 }
 
 
