@@ -119,25 +119,39 @@ def update(notebook: Path) -> polib.POFile:
 
 
 _CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+_CJK_PUNCT_CHAR = re.compile(r"[\u3000-\u303f\uff00-\uffef]")
 _BLOCK = re.compile(r"\s*([-*+] |\d+\. |\||#|>|```|\$\$)")
 
 
 def join_cjk_lines(text: str) -> str:
-    """Join wrapped lines of a paragraph where the break falls between two Chinese characters.
+    """Join wrapped lines of a paragraph where a break would render as a wrong space.
 
     Markdown turns a line break inside a paragraph into a space, which Chinese text must not
-    have; the catalogs keep the wrapped lines (readable diffs), the notebooks get joined ones.
-    Lines that start a list item, table row, heading, quote or code block are left alone.
+    have between two Chinese characters, after Chinese punctuation (`。\n`code``) or before it
+    (`code`\n（…）); the catalogs keep the wrapped lines (readable diffs), the notebooks get
+    joined ones. Between Chinese and Latin text the space is the style sheet's, so that break
+    stays. Lines that start a list item, table row, heading, quote or code block, and every line
+    inside a fenced code block, are left alone.
     """
     lines = text.split("\n")
     out = [lines[0]]
+    fenced = lines[0].lstrip().startswith("```")
     for line in lines[1:]:
         prev = out[-1]
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            out.append(line)
+            continue
+        first = line.lstrip()[:1]
         if (
-            prev.strip()
-            and line.strip()
-            and _CJK.match(prev[-1])
-            and _CJK.match(line.lstrip()[0])
+            not fenced
+            and prev.strip()
+            and first
+            and (
+                (_CJK.match(prev[-1]) and _CJK.match(first))
+                or _CJK_PUNCT_CHAR.match(prev[-1])
+                or _CJK_PUNCT_CHAR.match(first)
+            )
             and not _BLOCK.match(line)
             and not re.match(r"\s*(#|\|)", prev)  # a heading or table row stays one line
         ):
@@ -355,7 +369,8 @@ _CJK_PUNCT = "\u3000-\u303f\uff00-\uffef"
 _PROTECTED = re.compile(r"```.*?```|`[^`\n]+`|\$\$.*?\$\$|\$[^$\n]+\$|https?://[^\s)>]+", re.S)
 _NEUTRAL = re.compile(r"(?<=\])\([^)\s]+\)|<[^>\n]+>")
 _SLOT = "\ue000-\uf8ff"  # a protected segment stands in the text as one private-use character
-_LATIN = "[A-Za-z0-9\ue000-\uefff]"
+# the last `+` of C++ is Latin too (`C++ 代码`); a `+` between Chinese words is not
+_LATIN = r"(?:[A-Za-z0-9\ue000-\uefff]|(?<=[A-Za-z]\+)\+)"
 #: English labels with their Chinese forms (and the calque of "(checked below)").
 LABELS = {
     "Then vs now（过去与现在）": "新旧对照",
@@ -416,8 +431,9 @@ _WRAP = [
 ]
 
 
-def style_problems(text: str) -> list[str]:
-    """What breaks the style sheet in one translated text (an empty list when nothing)."""
+def style_problems(text: str, markdown: bool = True) -> list[str]:
+    """What breaks the style sheet in one translated text (an empty list when nothing);
+    `markdown=False` for plain text (a judge's message: `2**-24` there is a power, not bold)."""
     found = [f"English label {label!r}" for label in LABELS if label in text]
     body, _ = _shield(text)
     rules = [(name, p) for name, p, _ in STYLE_RULES] + [
@@ -427,7 +443,43 @@ def style_problems(text: str) -> list[str]:
         for m in pattern.finditer(body):
             where = body[max(0, m.start() - 12) : m.end() + 12].replace("\n", "⏎")
             found.append(f"{name}: …{re.sub(f'[{_SLOT}]', '·', where)}…")
+    if markdown:
+        found += [f"bold that does not render: **{i[:40]}**" for i in _unrendered_bold(text)]
     return found
+
+
+_BOLD = re.compile(r"\*\*([^*\n]+?)\*\*")
+_MARKDOWN = None
+
+
+def _unrendered_bold(text: str) -> list[str]:
+    """The `**X**` pairs of `text` that CommonMark (markdown-it-py, the book's parser) does not
+    render as bold. A closing `**` right after Chinese punctuation and before a character
+    (`**标题。**正文`) cannot close: CommonMark's flanking rules see it as an opening one, so
+    the reader gets the asterisks, or one bold run up to the paragraph's next `**`."""
+    global _MARKDOWN
+    if "**" not in text:
+        return []
+    if _MARKDOWN is None:
+        import markdown_it  # the book's parser (MyST-NB's dependency)
+
+        _MARKDOWN = markdown_it.MarkdownIt("commonmark")
+    masked = re.sub(r"`[^`\n]*`", lambda m: "C" * len(m.group()), text)  # ** inside code
+    html = _MARKDOWN.render(text)
+    return [
+        text[m.start(1) : m.end(1)]
+        for m in _BOLD.finditer(masked)
+        if f"<strong>{_MARKDOWN.renderInline(text[m.start(1) : m.end(1)])}</strong>" not in html
+    ]
+
+
+def _render_bold(text: str) -> str:
+    """Move Chinese punctuation out of each `**X。**` that does not render (`**X**。`)."""
+    for inner in _unrendered_bold(text):
+        m = re.fullmatch(rf"(.*?)([{_P}]+)", inner, re.S)
+        if m:
+            text = text.replace(f"**{inner}**", f"**{m.group(1)}**{m.group(2)}", 1)
+    return text
 
 
 def tidy(text: str) -> str:
@@ -440,7 +492,7 @@ def tidy(text: str) -> str:
     for _ in range(2):
         for _, pattern, repl in STYLE_RULES:
             body = pattern.sub(repl if repl is not None else (lambda m: _FULL[m.group(1)]), body)
-    return _unshield(body, kept)
+    return _render_bold(_unshield(body, kept))
 
 
 def main(argv: list[str]) -> int:
