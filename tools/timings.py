@@ -9,8 +9,10 @@ the whole process tree: the pytest process itself, every child it has waited for
 when the file starts and ends, read from /proc/<pid>/stat with the children each of them waited
 for. So a process that outlives the file (the session's Chromium, a kernel shut down later)
 counts for the files during which it ran, not for the one that happens to reap it. A
-descendant that is orphaned (re-parented outside the tree) before anyone waits for it is lost
-(none of ours is: each launcher waits for its children). Off Linux, the live part is 0.
+descendant that is orphaned (re-parented outside the tree: a kernel whose server was killed
+first, a browser's helper) takes the CPU it uses afterwards out of the tree, and is never counted
+off either (the per-pid accounting of `_Snapshot.since`; before it, such a process made the next
+file's CPU negative: test_zh.py -50.9 s in one run). Off Linux, the live part is 0.
 
 As a script (`python tools/timings.py DIR [--label TEXT] [--items N]`) it merges those files into
 a Markdown table: per file, wall seconds, CPU seconds, CPU/wall, and the worker that ran it;
@@ -34,15 +36,14 @@ import pytest
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _live_descendants_cpu(root: int) -> float:
-    """CPU seconds of every live (or zombie) descendant of `root`, with the children each has
-    waited for (utime + stime + cutime + cstime of /proc/<pid>/stat); 0.0 without /proc."""
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid: (ppid, CPU ticks with the children it waited for) of every process in /proc
+    (utime + stime + cutime + cstime of /proc/<pid>/stat); empty without /proc."""
+    found: dict[int, tuple[int, int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return 0.0
+        return found
     for name in names:
         if not name.isdigit():
             continue
@@ -51,18 +52,21 @@ def _live_descendants_cpu(root: int) -> float:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:  # gone meanwhile
             continue
-        pid = int(name)
-        parents[pid] = int(fields[1])  # fields after the name: state, ppid, ...
-        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        # fields after the name: state, ppid, ...
+        found[int(name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    return found
+
+
+def _descendants(table: dict[int, tuple[int, int]], root: int) -> set[int]:
     children: dict[int, list[int]] = defaultdict(list)
-    for pid, ppid in parents.items():
+    for pid, (ppid, _) in table.items():
         children[ppid].append(pid)
-    total, todo = 0, list(children.get(root, ()))
+    found, todo = set(), list(children.get(root, ()))
     while todo:
         pid = todo.pop()
-        total += ticks[pid]
+        found.add(pid)
         todo.extend(children.get(pid, ()))
-    return total / _TICK
+    return found
 
 
 def _waited_cpu_seconds() -> float:
@@ -72,13 +76,31 @@ def _waited_cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _cpu_seconds() -> float:
-    """User + system CPU of this process, of every child it has waited for, and of every
-    descendant still running (see the module docstring)."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    waited = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-    return waited + _live_descendants_cpu(os.getpid())
+class _Snapshot:
+    """The CPU of this process tree at one moment: this process with the children it waited
+    for, and each live descendant (with its own waited-for children), by pid."""
+
+    def __init__(self) -> None:
+        self.waited = _waited_cpu_seconds()
+        table = _processes()
+        self.tree = {pid: table[pid] for pid in _descendants(table, os.getpid())}
+
+    def since(self, before: _Snapshot) -> float:
+        """CPU seconds the tree used from `before` to this snapshot. A descendant that was alive
+        then counts with what it used since; one that is gone counts through whoever waited for
+        it (its parent's cutime, or this process's RUSAGE_CHILDREN), so what it had used before
+        is taken off once, but only when that reaper is still in the tree: a process orphaned
+        (re-parented outside the tree, for example a kernel whose server was killed first) takes
+        its CPU out of the tree, and counting it off would make a file's CPU negative."""
+        ticks = 0
+        for pid, (_, now) in self.tree.items():
+            ticks += now - before.tree.get(pid, (0, 0))[1]
+        for pid, (ppid, then) in before.tree.items():
+            if pid in self.tree:
+                continue
+            if ppid == os.getpid() or ppid in self.tree:  # waited for inside the tree
+                ticks -= then
+        return self.waited - before.waited + ticks / _TICK
 
 
 # --- pytest plugin -------------------------------------------------------------------------------
@@ -98,17 +120,17 @@ class _Recorder:
         self.files: dict[str, dict] = defaultdict(
             lambda: {"wall": 0.0, "cpu": 0.0, "items": 0, "failed": 0, "worker": worker}
         )
-        self.started_wall, self.started_cpu = time.perf_counter(), _cpu_seconds()
+        self.started_wall, self.started_cpu = time.perf_counter(), _Snapshot()
         self.current: str | None = None  # the file whose items are running
         self.items: dict[str, list[float]] = {}  # nodeid: [wall s, CPU s]
-        self.file_wall = self.file_cpu = 0.0
+        self.file_wall, self.file_cpu = 0.0, self.started_cpu
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
         path = item.nodeid.split("::")[0]
         if self.current != path:  # the file's first item (a worker runs each file whole)
             self.current = path
-            self.file_wall, self.file_cpu = time.perf_counter(), _cpu_seconds()
+            self.file_wall, self.file_cpu = time.perf_counter(), _Snapshot()
         item_wall, item_cpu = time.perf_counter(), _waited_cpu_seconds()
         yield
         entry = self.files[path]
@@ -121,7 +143,7 @@ class _Recorder:
         ]
         if nextitem is None or nextitem.nodeid.split("::")[0] != path:  # its last item
             entry["wall"] += time.perf_counter() - self.file_wall
-            entry["cpu"] += _cpu_seconds() - self.file_cpu
+            entry["cpu"] += _Snapshot().since(self.file_cpu)
             self.current = None
             self.write()  # after each file: an interrupted run still leaves its table
 
@@ -137,7 +159,7 @@ class _Recorder:
         record = {
             "worker": self.worker,
             "wall": time.perf_counter() - self.started_wall,
-            "cpu": _cpu_seconds() - self.started_cpu,
+            "cpu": _Snapshot().since(self.started_cpu),
             "files": dict(self.files),
             "items": self.items,
         }
