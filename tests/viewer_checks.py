@@ -70,7 +70,8 @@ RINGATTN_STATE = """() => {
       `rank ${g.dataset.rank} holds ${g.dataset.owner}`) : null,
     shifts: svg ? Array.from(svg.querySelectorAll('g.shift'), g =>
       `${g.dataset.from} -> ${g.dataset.to}`) : null,
-    now: svg ? svg.querySelectorAll('rect.pair[data-state="now"]').length : null,
+    pairs: svg ? Array.from(svg.querySelectorAll('rect.pair'), r =>
+      `${r.dataset.state} q${r.dataset.q} k${r.dataset.k}`) : null,
   };
 }"""
 
@@ -180,31 +181,52 @@ def check_timeline_step(shown: dict, expected: dict, position: int, count: int) 
 
 def check_ringattn_step(shown: dict, expected: dict, position: int) -> None:
     """The ring attention viewer shows `expected` (one of its `steps`, at `position`): readout,
-    text and picture's step, and the picture's boxes and arrows are the holders and sends the
-    text lists, rank by rank; its highlighted pairs are the chunk pairs computed at the step."""
+    text and picture's step; the picture's boxes and arrows are the holders and sends the text
+    lists, rank by rank, which are the step's schedule (`plan`); its grid marks as computed and as
+    skipped at this step exactly the cells of the (queries x keys) pairs the text lists as
+    computed and skipped, which are the schedule's pairs."""
     want = {"readout": f"s = {position}", "text": expected["text"], "svg_step": str(position)}
     found = {k: shown[k] for k in want}
     assert found == want, (
         f"ring attention viewer at step {position}: expected {want}, found {found}"
     )
-    holds, shifts = [], []
+    holds, shifts, listed = [], [], {"computes": [], "skips": []}
     for block in re.split(r"^(?=rank \d+ holds)", shown["text"], flags=re.M)[1:]:
         rank, owner = re.match(r"rank (\d+) holds the K/V block of rank (\d+)", block).groups()
         holds.append(f"rank {rank} holds {owner}")
         shifts += [f"{rank} -> {to}" for to in re.findall(r"sends it to rank (\d+)", block)]
+        does = re.search(r"^  computes (.*); skips (.*)$", block, re.M)
+        for key, part in zip(listed, does.groups(), strict=True):  # "q4-7 x k0-3, ..."
+            ranges = re.findall(r"q(\d+)-(\d+) x k(\d+)-(\d+)", part)
+            listed[key].append([tuple(int(x) for x in r) for r in ranges])
     assert (shown["holds"], shown["shifts"]) == (holds, shifts), (
         f"ring attention viewer at step {position}: expected the picture's boxes {holds} and "
         f"arrows {shifts} (the text's), found {shown['holds']} and {shown['shifts']}"
     )
     plan = expected["plan"]
-    assert [f"rank {e['rank']} holds {e['owner']}" for e in plan] == holds, (
+    scheduled = (
+        [f"rank {e['rank']} holds {e['owner']}" for e in plan],
+        [[[q0, k0] for q0, _, k0, _ in pairs] for pairs in listed["computes"]],
+        [[[q0, k0] for q0, _, k0, _ in pairs] for pairs in listed["skips"]],
+    )
+    from_plan = (holds, [e["computed"] for e in plan], [e["skipped"] for e in plan])
+    assert scheduled == from_plan, (
         f"ring attention viewer at step {position}: expected the text to list the step's "
-        f"schedule {plan}, found {holds}"
+        f"schedule (holders, computed and skipped pairs) {from_plan}, found {scheduled}"
     )
-    assert shown["now"] > 0 if any(e["computed"] for e in plan) else shown["now"] == 0, (
-        f"ring attention viewer at step {position}: computed pairs {plan}, highlighted "
-        f"{shown['now']}"
-    )
+    cells = [re.fullmatch(r"(\S+) q(\d+) k(\d+)", p).groups() for p in shown["pairs"] or []]
+    for key, state in (("computes", "now"), ("skips", "skipped-now")):
+        pairs = [r for per_rank in listed[key] for r in per_rank]
+        want_cells = sorted(
+            (int(q), int(k))
+            for _, q, k in cells
+            if any(a <= int(q) <= b and c <= int(k) <= d for a, b, c, d in pairs)
+        )
+        marked = sorted((int(q), int(k)) for s, q, k in cells if s == state)
+        assert marked == want_cells and (marked or not pairs), (
+            f"ring attention viewer at step {position}: expected the grid to mark as {state!r} "
+            f"the cells of the pairs the text {key} {pairs}, i.e. {want_cells}, found {marked}"
+        )
 
 
 def check_alltoall_step(shown: dict, expected: dict, position: int, count: int) -> None:

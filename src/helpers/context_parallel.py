@@ -202,9 +202,11 @@ def ring_attention(
     Step s uses the key/value block of rank (rank - s) mod N, then passes it on (N - 1 shifts of
     k and v stacked into one tensor). work counts the score entries this rank computed
     ("scores"), the blocks it computed and skipped, its CPU time in block arithmetic ("cpu_s") and,
-    per step, the owner of the block it held and the (q start, k start) chunk pairs it computed
-    and skipped ("steps", what `ring_schedule` predicts). tie=False leaves out the weight-0 tie
-    at the end (the unit tests show the deadlock it prevents).
+    per step, the owner of the block it held as `ring_owner` names it, the (q start, k start) chunk
+    pairs it computed and skipped (what `ring_schedule` predicts) and "first_key", the first value
+    of the key block it actually held (k[0, 0, 0, 0]: the data that arrived, which the caller can
+    compare with the named owner's shard) ("steps"). tie=False leaves out the weight-0 tie at the
+    end (the unit tests show the deadlock it prevents).
     """
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     local = q.shape[2]
@@ -215,8 +217,10 @@ def ring_attention(
     work: dict[str, Any] = {"scores": 0, "blocks": 0, "skipped": 0, "cpu_s": 0.0, "steps": []}
     for step in range(world_size):
         owner = ring_owner(rank, step, world_size)
-        # what this step did: the (q start, k start) pairs of the chunks computed and skipped
+        # what this step did: the (q start, k start) pairs of the chunks computed and skipped, and
+        # the first key value of the block held (the data, not the rule: who really sent it)
         done: dict[str, Any] = {"owner": owner, "computed": [], "skipped": []}
+        done["first_key"] = kv[0, 0, 0, 0, 0].item()  # k of this block: (B, H, S/N, D) index 0
         work["steps"].append(done)
         t0 = time.thread_time()
         q_off = 0
@@ -648,9 +652,10 @@ def ring_attention_svg(
 ) -> str:
     """Step `step` of the plan as an SVG: a box per rank (the block it holds, in its owner's
     colour), the shifts to the next rank, and the (query chunk, key chunk) grid of 2N chunks,
-    each pair marked by state: computed at this step, folded earlier, skipped at this step,
-    skipped earlier, or not yet met. Deterministic; DOM hooks: `svg.ringattn-svg[data-step]`,
-    `g.rank[data-rank][data-owner]`, `g.shift[data-from][data-to]`, `rect.pair[data-state]`."""
+    each pair marked by state: computed at this step, folded earlier (both in the colour of the
+    rank whose queries they are), skipped at this step, skipped earlier, or not yet met.
+    Deterministic; DOM hooks: `svg.ringattn-svg[data-step]`, `g.rank[data-rank][data-owner]`,
+    `g.shift[data-from][data-to]`, `rect.pair[data-state][data-q][data-k]`."""
     n = len(plan)
     parts, unit = 2 * n, seq_len // (2 * n)
     box_w, box_h, gap = 118, 50, 14
@@ -731,8 +736,11 @@ def ring_attention_svg(
                 f'fill="{fill}" fill-opacity="{opacity}"{stroke}/>'
             )
     lx = 60 + parts * cell_px
+    # a pair takes the colour of the rank whose queries it holds (a box: its block owner's), so
+    # the legend's computed and folded swatches are grey
     for k, (label, fill) in enumerate(
-        (("computed at this step", colour[0]), ("folded earlier (pale)", colour[0]),
+        (("computed at this step (the query rank's colour)", "#888888"),
+         ("folded earlier (pale)", "#888888"),
          ("skipped at this step", fills["skipped-now"]), ("skipped earlier", fills["skipped"]),
          ("not met yet", fills["pending"]))
     ):  # fmt: skip
