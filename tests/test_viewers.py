@@ -207,3 +207,39 @@ def test_exchange_viewer_replays_the_log() -> None:
     bad[1]["exchanges"].pop()
     with pytest.raises(ValueError, match="logged different exchanges"):
         ep.exchange_steps(bad)
+
+
+def _ringattn_shown(step: dict, position: int) -> dict:
+    """What tests/viewer_checks.py's RINGATTN_STATE reads in the browser, read from the SVG text."""
+    svg = step["svg"]
+    rank = r'<g class="rank" data-rank="(\d+)" data-owner="(\d+)"'
+    pair = r'<rect class="pair" data-q="(\d+)" data-k="(\d+)" data-state="([^"]+)"'
+    return {
+        "readout": f"s = {position}",
+        "text": step["text"],
+        "svg_step": re.search(r'class="ringattn-svg" data-step="(\d+)"', svg).group(1),
+        "holds": [f"rank {r} holds {o}" for r, o in re.findall(rank, svg)],
+        "shifts": [
+            f"{a} -> {b}"
+            for a, b in re.findall(r'<g class="shift" data-from="(\d+)" data-to="(\d+)"', svg)
+        ],
+        "pairs": [f"{s} q{q} k{k}" for q, k, s in re.findall(pair, svg)],
+    }
+
+
+@pytest.mark.parametrize("layout", cp.LAYOUTS)
+def test_the_ring_attention_check_reads_the_grid(layout: str) -> None:
+    """check_ringattn_step passes every step as drawn and fails a step drawn with the next
+    step's grid (the computed cells then differ from the pairs the text lists)."""
+    from viewer_checks import check_ringattn_step
+
+    viewer = cp.ring_attention_step_viewer(4, layout, causal=True)
+    steps = viewer.steps
+    for s, step in enumerate(steps):
+        check_ringattn_step(_ringattn_shown(step, s), step, s)
+    for s in range(len(steps) - 1):
+        shown = _ringattn_shown(steps[s], s)
+        shown["pairs"] = _ringattn_shown(steps[s + 1], s + 1)["pairs"]
+        with pytest.raises(AssertionError, match="expected the grid to mark"):
+            check_ringattn_step(shown, steps[s], s)
+    viewer.close()
