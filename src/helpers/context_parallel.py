@@ -204,9 +204,9 @@ def ring_attention(
     ("scores"), the blocks it computed and skipped, its CPU time in block arithmetic ("cpu_s") and,
     per step, the owner of the block it held as `ring_owner` names it, the (q start, k start) chunk
     pairs it computed and skipped (what `ring_schedule` predicts) and "first_key", the first value
-    of the key block it actually held (k[0, 0, 0, 0]: the data that arrived, which the caller can
-    compare with the named owner's shard) ("steps"). tie=False leaves out the weight-0 tie at the
-    end (the unit tests show the deadlock it prevents).
+    of the key block it actually held (k[0, 0, 0, 0], read from the block itself, which the caller
+    can compare with the named owner's shard) ("steps"). tie=False leaves out the weight-0 tie at
+    the end (the unit tests show the deadlock it prevents).
     """
     rank, world_size = dist.get_rank(group), dist.get_world_size(group)
     local = q.shape[2]
@@ -218,7 +218,7 @@ def ring_attention(
     for step in range(world_size):
         owner = ring_owner(rank, step, world_size)
         # what this step did: the (q start, k start) pairs of the chunks computed and skipped, and
-        # the first key value of the block held (the data, not the rule: who really sent it)
+        # the first key value of the block held (read from the data, not from the rule)
         done: dict[str, Any] = {"owner": owner, "computed": [], "skipped": []}
         done["first_key"] = kv[0, 0, 0, 0, 0].item()  # k of this block: (B, H, S/N, D) index 0
         work["steps"].append(done)
