@@ -174,7 +174,8 @@ class AllToAllViewer(StepViewer):
     """An expert-parallel step's recorded exchanges, one at a time
     (`helpers.expert_parallel.exchange_step_viewer`).
 
-    `steps[i]`: `{"index": i, "what", "phase", "rows", "svg", "text"}`. DOM hooks:
+    `steps[i]`: `{"index": i, "what", "phase", "rows", "bytes", "svg", "text"}` (the counts add
+    "values", the experts' step "experts" and "sources" instead of "bytes"). DOM hooks:
     `.alltoall-step-view`, its slider `.alltoall-step-slider` (`input[type=range]`, readout
     `.alltoall-step-readout`), the picture `svg.alltoall-svg[data-step][data-what]` with one
     `g.flow[data-from][data-to][data-rows]` per non-empty flow between ranks and one
