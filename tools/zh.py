@@ -495,8 +495,36 @@ def tidy(text: str) -> str:
     return _render_bold(_unshield(body, kept))
 
 
+def changed_since(rev: str) -> list[tuple[str, int, int, int, int]]:
+    """Per catalog: (notebook number, entries, entries also in `rev`, changed since `rev`,
+    changed in wording: not only where lines break). `python tools/zh.py changed REV` prints
+    the table (how much a line edit changed, for a pull request's note)."""
+    import subprocess
+
+    rows = []
+    for path in sorted(LOCALE.glob("[0-9]*.po")):
+        rel = path.relative_to(ROOT).as_posix()
+        shown = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, capture_output=True)
+        old = {}
+        if shown.returncode == 0:
+            old = {e.msgctxt.split(":")[0]: e.msgstr for e in polib.pofile(shown.stdout.decode())}
+        new = {e.msgctxt.split(":")[0]: e.msgstr for e in polib.pofile(str(path))}
+        both = [k for k in new if old.get(k)]
+        changed = [k for k in both if old[k] != new[k]]
+        squash = lambda text: re.sub(r"\s+", "", text)  # noqa: E731
+        wording = [k for k in changed if squash(old[k]) != squash(new[k])]
+        rows.append((path.name[:2], len(new), len(both), len(changed), len(wording)))
+    return rows
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "all"
+    if command == "changed":
+        print(f"| notebook | entries | also in {argv[1]} | changed | wording changed |")
+        print("|---|---:|---:|---:|---:|")
+        for row in changed_since(argv[1]):
+            print("| " + " | ".join(str(x) for x in row) + " |")
+        return 0
     if command in ("exercises", "all"):
         update_exercises()
     for notebook in notebooks():
