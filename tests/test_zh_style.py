@@ -15,6 +15,8 @@ proven on a sample that breaks it; `tidy` repairs every sample.
 
 from __future__ import annotations
 
+import re
+
 import polib
 import pytest
 
@@ -109,3 +111,14 @@ def test_wrapped_lines_render_without_a_stray_space(wrapped: str, rendered: str)
     punctuation (ZE-A's finding: 85 such breaks in 00 and 04-15 rendered a space after 。，、)."""
     found = zh.join_cjk_lines(wrapped)
     assert found == rendered, f"expected {rendered!r} from {wrapped!r}, found {found!r}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name[:2] for p in NOTEBOOKS])
+def test_each_exercise_states_its_answer_format(path) -> None:
+    """An exercise's Chinese text (its English starts with `**N. `) ends with the answer's type
+    and order, `**答案格式**`: the English states it only in the starter's `# TODO:` comment."""
+    catalog = polib.pofile(str(zh.catalog_path(path)), wrapwidth=0)
+    exercises = [e for e in catalog if re.match(r"\*\*\d+\. ", e.msgid)]
+    missing = [e.msgctxt.split(":")[0] for e in exercises if "**答案格式**" not in e.msgstr]
+    assert exercises, f"{path.name}: no exercise entry (English starting with '**N. ') found"
+    assert not missing, f"{path.name}: exercises without a **答案格式** line: {missing}"

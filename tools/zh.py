@@ -119,7 +119,9 @@ def update(notebook: Path) -> polib.POFile:
 
 
 _CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
-_CJK_PUNCT_CHAR = re.compile(r"[\u3000-\u303f\uff00-\uffef]")
+# Chinese punctuation a wrapped line may end or start with: the CJK and full-width blocks, and the
+# dash —— and ellipsis …… (U+2014, U+2026), which Chinese text writes doubled
+_CJK_PUNCT_CHAR = re.compile(r"[\u3000-\u303f\uff00-\uffef\u2014\u2026]")
 _BLOCK = re.compile(r"\s*([-*+] |\d+\. |\||#|>|```|\$\$)")
 
 
