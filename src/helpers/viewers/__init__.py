@@ -59,8 +59,9 @@ def esm_path(name: str) -> Path:
 
 
 def esm(name: str) -> str:
-    """A viewer's ES module as the browser gets it: the shared slider plumbing (`slider.js`,
-    `driveSlider`) followed by the viewer's own file."""
+    """A viewer's ES module as the browser gets it: what the viewers share (`slider.js`: the bar
+    `stepBar`, the plumbing `driveSlider`, the picture-and-text view `renderPictureAndText`)
+    followed by the viewer's own file."""
     return (HERE / "slider.js").read_text() + "\n" + esm_path(name).read_text()
 
 

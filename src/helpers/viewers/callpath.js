@@ -8,20 +8,9 @@ function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "pipeline-step-view";
 
-  const bar = document.createElement("label");
-  bar.className = "pipeline-step-slider";
-  bar.style.cssText = "display:flex;align-items:center;gap:0.6em;margin-bottom:0.4em";
-  const name = document.createElement("span");
-  name.textContent = model.get("label");
-  const range = document.createElement("input");
-  range.type = "range";
-  range.min = "0";
-  range.max = String(steps.length - 1);
-  range.step = "1";
-  range.setAttribute("aria-label", "call path step");
-  const readout = document.createElement("span");
-  readout.className = "pipeline-step-readout";
-  bar.append(name, range, readout);
+  const { bar, range, readout } = stepBar({
+    model, prefix: "pipeline", aria: "call path step", count: steps.length,
+  }); // slider.js
 
   const body = document.createElement("div");
   body.className = "pipeline-step";

@@ -9,20 +9,9 @@ function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "timeline-step-view";
 
-  const bar = document.createElement("label");
-  bar.className = "timeline-step-slider";
-  bar.style.cssText = "display:flex;align-items:center;gap:0.6em;margin-bottom:0.4em";
-  const name = document.createElement("span");
-  name.textContent = model.get("label");
-  const range = document.createElement("input");
-  range.type = "range";
-  range.min = "0";
-  range.max = String(steps.length - 1);
-  range.step = "1";
-  range.setAttribute("aria-label", "pipeline time slot");
-  const readout = document.createElement("span");
-  readout.className = "timeline-step-readout";
-  bar.append(name, range, readout);
+  const { bar, range, readout } = stepBar({
+    model, prefix: "timeline", aria: "pipeline time slot", count: steps.length,
+  }); // slider.js
 
   const picture = document.createElement("div");
   picture.style.overflowX = "auto";

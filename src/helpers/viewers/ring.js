@@ -1,48 +1,12 @@
 // The ring all-reduce viewer (helpers.viewers.RingViewer): a slider over the recorded steps; each
-// step's picture (SVG text) and text come from Python in the `steps` trait, so this module only
-// shows them. It runs in JupyterLab and in the static book (the widgets HTML manager) alike.
+// step's picture (helpers.pictures.ring_svg) and text come from Python in the `steps` trait, so
+// this module only shows them (slider.js's renderPictureAndText). It runs in JupyterLab and in
+// the static book (the widgets HTML manager) alike.
 
 function render({ model, el }) {
-  const steps = model.get("steps");
-  const root = document.createElement("div");
-  root.className = "ring-step-view";
-
-  const bar = document.createElement("label");
-  bar.className = "ring-step-slider";
-  bar.style.cssText = "display:flex;align-items:center;gap:0.6em;margin-bottom:0.4em";
-  const name = document.createElement("span");
-  name.textContent = model.get("label");
-  const range = document.createElement("input");
-  range.type = "range";
-  range.min = "0";
-  range.max = String(steps.length - 1);
-  range.step = "1";
-  range.setAttribute("aria-label", "ring all-reduce step");
-  const readout = document.createElement("span");
-  readout.className = "ring-step-readout";
-  bar.append(name, range, readout);
-
-  const body = document.createElement("div");
-  body.className = "ring-step";
-  body.style.cssText = "display:flex;gap:1em;align-items:flex-start;flex-wrap:wrap";
-  const picture = document.createElement("div");
-  const text = document.createElement("pre");
-  text.className = "ring-step-text";
-  text.style.margin = "0";
-  body.append(picture, text);
-  root.append(bar, body);
-  el.append(root);
-
-  function show() {
-    const i = model.get("step");
-    const shown = steps[i];
-    range.value = String(i);
-    readout.textContent = String(i);
-    body.dataset.step = String(i);
-    picture.innerHTML = shown.svg; // our own SVG text (helpers.pictures.ring_svg)
-    text.textContent = shown.text;
-  }
-  return driveSlider({ model, root, range, count: steps.length, show }); // slider.js
+  return renderPictureAndText({
+    model, el, prefix: "ring", aria: "ring all-reduce step", say: (i) => String(i),
+  });
 }
 
 export default { render };
