@@ -11,7 +11,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 REVEAL_VERSION := 4.6.1
 REVEAL_DIR := $(VENV)/share/reveal.js
 REVEAL_STAMP := $(REVEAL_DIR)/.installed-$(REVEAL_VERSION)
-# the Jupyter widgets HTML manager and RequireJS for the book's step viewers (issue 27), from npm
+# the Jupyter widgets HTML manager and RequireJS for the book's step viewers, from npm
 WIDGETS_DIR := $(VENV)/share/widgets-html-manager
 HTML_MANAGER_VERSION := 1.0.15
 REQUIREJS_VERSION := 2.3.7
@@ -138,7 +138,7 @@ slurm-check: $(STAMP) ## run slurm/train_ddp.sbatch on a one-host Slurm cluster,
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache _build
 
-# --- The version matrix (issue 21): the notebooks on newer torch releases --------------------
+# --- The version matrix: the notebooks on newer torch releases --------------------
 # Each version gets its own environment outside the working tree, shared by every clone and
 # reused between runs: $(MATRIX_CACHE)/torch-<version>, torch==<version> plus the rest of
 # requirements.txt, installed with PIP_CONSTRAINT=/dev/null for that one pip command (a
@@ -152,6 +152,9 @@ clean: ## remove the virtual environment and caches
 MATRIX_VERSIONS ?= 2.14.1 2.15.0
 MATRIX_CACHE ?= $(HOME)/.cache/pytorch-source-reading
 MATRIX_OUT ?= _build/matrix
+# the newest torch release the package index serves is tested too when not listed above
+# (`make test-matrix MATRIX_NEWEST=` tests only the listed versions)
+MATRIX_NEWEST ?= --newest
 # both cores, whole notebooks per worker, as `make test` (pytest-xdist is in requirements.txt)
 MATRIX_PYTEST_ARGS ?= $(PARALLEL)
 MATRIX := $(PYTHON) tools/matrix.py test --cache $(MATRIX_CACHE) --out $(MATRIX_OUT) \
@@ -162,8 +165,8 @@ test-torch: ## asserts of every notebook + torch-fact unit tests on another torc
 	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=2.15.0"; exit 2; }
 	$(MATRIX) $(TORCH)
 
-test-matrix: ## test-torch for each of MATRIX_VERSIONS (2.14.1 2.15.0); fails if any cell fails
-	$(MATRIX) $(MATRIX_VERSIONS)
+test-matrix: ## test-torch for each of MATRIX_VERSIONS (2.14.1 2.15.0) and the newest release; fails if any cell fails
+	$(MATRIX) $(MATRIX_NEWEST) $(MATRIX_VERSIONS)
 
 matrix-report: ## publish the last matrix run: docs/compatibility.{json,md}, README's "Tested on"
 	$(PYTHON) tools/matrix.py report --out $(MATRIX_OUT)

@@ -269,7 +269,15 @@ def test_the_make_targets_run_the_matrix() -> None:
         text=True,
         check=True,
     ).stdout
-    assert dry.rstrip().endswith("2.14.1 2.15.0"), dry
+    assert dry.rstrip().endswith("--newest 2.14.1 2.15.0"), dry
+    listed_only = subprocess.run(
+        ["make", "--no-print-directory", "-n", "test-matrix", "MATRIX_NEWEST="],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--newest" not in listed_only, listed_only
     usage = subprocess.run(
         ["make", "--no-print-directory", "-s", "test-torch"],
         cwd=ROOT,
@@ -277,3 +285,41 @@ def test_the_make_targets_run_the_matrix() -> None:
         text=True,
     )
     assert usage.returncode != 0 and "usage: make test-torch TORCH=" in usage.stdout
+
+
+PIP_INDEX = """torch (2.16.0)
+Available versions: 2.16.0, 2.15.0, 2.14.1, 2.13.0+cpu, 2.13.0, 2.12.1
+  INSTALLED: 2.13.0+cpu
+  LATEST:    2.16.0
+"""
+
+
+def test_the_newest_final_release_joins_the_listed_versions() -> None:
+    assert matrix.newest_in(PIP_INDEX) == "2.16.0"
+    # a local build (+cpu) and a pre-release are not releases; 2.10 sorts above 2.9
+    local = "Available versions: 2.13.0+cpu, 2.16.0rc1, 2.15.0, 2.9.1, 2.10.0\n"
+    assert matrix.newest_in(local) == "2.15.0"
+    assert matrix.newest_in("Available versions: 2.9.1, 2.10.0\n") == "2.10.0"
+    assert matrix.newest_in("ERROR: No matching distribution found for torch\n") is None
+    assert matrix.with_newest(["2.14.1", "2.15.0"], "2.16.0") == ["2.14.1", "2.15.0", "2.16.0"]
+    assert matrix.with_newest(["2.14.1", "2.15.0"], "2.15.0") == ["2.14.1", "2.15.0"]
+
+
+def test_asking_the_index_lifts_the_constraint_and_fails_loudly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[list[str], dict]] = []
+    answer = {"code": 0, "stdout": PIP_INDEX, "stderr": ""}
+
+    def fake_run(cmd, **kwargs):
+        calls.append((cmd, kwargs["env"]))
+        return subprocess.CompletedProcess(cmd, answer["code"], answer["stdout"], answer["stderr"])
+
+    monkeypatch.setattr(matrix.subprocess, "run", fake_run)
+    assert matrix.newest_release("python3") == "2.16.0"
+    cmd, env = calls[0]
+    assert cmd[:6] == ["python3", "-m", "pip", "index", "versions", "torch"], cmd
+    assert env["PIP_CONSTRAINT"] == "/dev/null", "the machine's torch cap must not hide a release"
+    answer.update(code=1, stdout="", stderr="ERROR: Could not reach the index")
+    with pytest.raises(SystemExit, match=r"could not ask the package index.*Could not reach"):
+        matrix.newest_release("python3")

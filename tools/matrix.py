@@ -1,6 +1,6 @@
-"""The version matrix (issue 21): the notebooks and the torch-fact unit tests on newer torch.
+"""The version matrix: the notebooks and the torch-fact unit tests on newer torch.
 
-    python3 tools/matrix.py test 2.14.1 2.15.0 [--cache DIR] [--out _build/matrix]
+    python3 tools/matrix.py test 2.14.1 2.15.0 [--newest] [--cache DIR] [--out _build/matrix]
     python3 tools/matrix.py report [--out _build/matrix]
 
 `test` (what `make test-torch` and `make test-matrix` run), for each version:
@@ -22,6 +22,11 @@
    and UNIT_TESTS (the unit tests that state facts about torch), with a JUnit XML record
    `<out>/torch-<version>.xml` and `<out>/torch-<version>.json` (installed version, date, time).
 3. a summary per notebook on stdout; the exit status is 1 when any cell or test failed.
+
+With `--newest` (what `make test-matrix` passes), the newest final torch release the package
+index serves (`pip index versions torch`) is tested too when it is not among the listed versions,
+so the first run after a release tests it; when it fails, the fix is the notebooks' story of what
+changed. A run that cannot ask the index stops with an error rather than skip it.
 
 `report` turns the last run of each version found in `<out>` into the published pages:
 docs/compatibility.json (the record), docs/compatibility.md (a page of the book: tools/book.py
@@ -133,6 +138,43 @@ def ensure_venv(version: str, venv: Path, python: str = sys.executable) -> float
         )
     stamp.write_text(json.dumps({**wanted, "installed": installed}, indent=1) + "\n")
     return time.monotonic() - start
+
+
+FINAL_RELEASE = re.compile(r"\d+(\.\d+)*")  # 2.15.0; not 2.16.0rc1, 2.13.0+cpu (a local build)
+
+
+def newest_release(python: str = sys.executable) -> str:
+    """The newest final torch release the package index serves, asked the way pip installs
+    (`pip index versions torch`, with the machine-wide constraint lifted for that one command, as
+    for the install): so the first matrix run after a release tests it. Raises SystemExit when
+    the index cannot be asked: a matrix that silently skipped the newest release would say less
+    than it seems to."""
+    env = {**os.environ, "PIP_CONSTRAINT": "/dev/null"}
+    cmd = [python, "-m", "pip", "index", "versions", "torch", "--disable-pip-version-check"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    versions = newest_in(result.stdout)
+    if result.returncode or versions is None:
+        detail = (result.stderr.strip().splitlines() or ["no 'Available versions' line"])[-1]
+        raise SystemExit(
+            f"matrix: could not ask the package index for torch's releases ({detail}); "
+            "`make test-matrix MATRIX_NEWEST=` tests only the listed versions"
+        )
+    return versions
+
+
+def newest_in(pip_output: str) -> str | None:
+    """The highest final release in the 'Available versions:' line of `pip index versions`."""
+    for line in pip_output.splitlines():
+        if line.startswith("Available versions:"):
+            found = [v.strip() for v in line.partition(":")[2].split(",")]
+            final = [v for v in found if FINAL_RELEASE.fullmatch(v)]
+            return max(final, key=_version_key) if final else None
+    return None
+
+
+def with_newest(versions: list[str], newest: str) -> list[str]:
+    """The versions to test: the listed ones, and the newest release when it is not among them."""
+    return versions if newest in versions else [*versions, newest]
 
 
 # --------------------------------------------------------------------------------------------
@@ -469,6 +511,11 @@ def main(argv: list[str] | None = None) -> int:
     test.add_argument("--cache", type=Path, default=Path(os.environ.get("MATRIX_CACHE", CACHE)))
     test.add_argument("--out", type=Path, default=OUT)
     test.add_argument("--pytest-args", default="", help="extra pytest arguments (one string)")
+    test.add_argument(
+        "--newest",
+        action="store_true",
+        help="also test the newest torch release the package index serves, if not listed",
+    )
     report = sub.add_parser("report", help="publish the last run: docs/compatibility.*, README")
     report.add_argument("--out", type=Path, default=OUT)
     report.add_argument("--docs", type=Path, default=ROOT / "docs")
@@ -477,6 +524,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "test":
         code = 0
+        if args.newest:
+            newest = newest_release()
+            listed = "listed" if newest in args.versions else "not listed: tested too"
+            print(f"matrix: the newest torch release on the package index is {newest} ({listed})")
+            args.versions = with_newest(args.versions, newest)
         for version in args.versions:
             venv = args.cache / f"torch-{version}"
             result = run_version(version, venv, args.out.resolve(), args.pytest_args.split())
