@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -86,3 +91,56 @@ def test_a_lost_default_names_both_sides(monkeypatch: pytest.MonkeyPatch) -> Non
     message = str(err.value)
     assert message.startswith("torch.compile(fullgraph=...): expected default False"), message
     assert "found no default" in message and "backend" in message, message
+
+
+# TorchScript's public entry points warn on the releases of the matrix (2.13: DeprecationWarning,
+# 2.14 and 2.15: FutureWarning, which notebook 00 asserts). An open upstream pull request
+# (pytorch/pytorch#189705, "Make TorchScript deprecation warnings hard errors with an escape
+# hatch") would make them raise unless an environment variable is set before `import torch`.
+# This test runs in the version matrix (tools/matrix.py UNIT_TESTS), so the first release that
+# ships the change fails here with the story to tell, not only as a traceback in each notebook.
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+TORCHSCRIPT_PROBE = """
+import json, warnings
+import torch
+calls = {
+    "torch.jit.trace": lambda: torch.jit.trace(torch.nn.Identity(), torch.ones(1)),
+    "torch.jit.script": lambda: torch.jit.script(torch.nn.Identity()),
+}
+found = {}
+for name, call in calls.items():
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        try:
+            call()
+            found[name] = "returns"
+        except Exception as err:
+            found[name] = f"raises {type(err).__name__}: {str(err)[:300]}"
+print(json.dumps(found))
+"""
+
+
+def _notebooks_using_torchscript() -> list[str]:
+    pattern = re.compile(r"torch\.jit\.|dynamo=False")
+    return [nb.name[:2] for nb in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+            if pattern.search(nb.read_text())]  # fmt: skip
+
+
+def test_torchscript_entry_points_still_return() -> None:
+    env = {k: v for k, v in os.environ.items() if "TORCHSCRIPT" not in k}  # no escape hatch set
+    run = subprocess.run(
+        [sys.executable, "-c", TORCHSCRIPT_PROBE], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, f"the probe itself should run, it failed: {run.stderr[-2000:]}"
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    raising = {name: state for name, state in found.items() if state != "returns"}
+    users = _notebooks_using_torchscript()
+    assert users, "expected notebooks that use torch.jit or dynamo=False, found none"
+    assert not raising, (
+        f"torch {torch.__version__}: expected torch.jit.trace and torch.jit.script to warn and "
+        f"return, found {raising}. TorchScript's deprecation became an error: notebooks "
+        f"{', '.join(users)} use torch.jit or the TorchScript exporter (dynamo=False). Tell the "
+        "change in their Then-vs-now tables (notebook 00's row on how torch.jit.script warns "
+        "first), and decide per notebook whether to keep the TorchScript path behind the escape "
+        "hatch the release documents (an environment variable read once at `import torch`)."
+    )
