@@ -1,7 +1,9 @@
 """Tensor and sequence parallelism: Megatron's f and g from scratch, then DTensor.
 
-Used by: notebook 15. Workers run under `helpers.launch` (gloo on CPU; NCCL with one GPU per
-rank when launch picks it, as designed and not yet run: tensors go to `current_device()`). Every
+Used by: notebook 15. Workers run under `helpers.launch` with gloo on the CPU (the notebook asks
+for gloo). The GPU path is not device-correct yet: under NCCL the memory pass builds its weight
+shards on the CPU, `_scratch_mlp_counts` runs on CPU tensors, and under the tensor-parallel plan
+the DTensor block's LayerNorm stays a CPU module; no NCCL run is claimed. Every
 rank builds the same seeded transformer layer (`make_layer`), keeps its shard of it, and returns
 plain Python data (losses, gradients as lists, byte counts), never tensors.
 
@@ -14,7 +16,9 @@ From scratch (Shoeybi et al. 2019, Korthikanti et al. 2022):
   and a row-parallel linear (input features split) before `g` make an MLP or an attention block
   (heads split) with one all-reduce forward and one backward.
 - Sequence parallelism replaces `g` by a reduce-scatter along the sequence (backward: all-gather)
-  and `f` by an all-gather (backward: reduce-scatter); `GatherColumnLinear` keeps only the
+  and `f` by an all-gather (backward: reduce-scatter). The letters are Megatron-LM's; Korthikanti
+  et al. call the tensor-parallel pair f and f-bar, and the sequence-parallel pair g (the
+  all-gather) and g-bar (the reduce-scatter). `GatherColumnLinear` keeps only the
   sequence shard of its input for backward and all-gathers it again there, as the paper does.
 Every collective goes through `_collective`, which records its kind, phase and message bytes in
 `COMM_LOG`, so that the bytes per collective can be set against the formulas.
@@ -233,7 +237,7 @@ class ReduceFromParallel(torch.autograd.Function):
 
 
 class GatherFromSequence(torch.autograd.Function):
-    """Sequence parallelism's f: all-gather along the sequence, reduce-scatter backward."""
+    """All-gather along the sequence, reduce-scatter backward (Korthikanti et al.'s g)."""
 
     @staticmethod
     def forward(ctx, x):
@@ -245,7 +249,7 @@ class GatherFromSequence(torch.autograd.Function):
 
 
 class ReduceScatterToSequence(torch.autograd.Function):
-    """Sequence parallelism's g: reduce-scatter along the sequence, all-gather backward."""
+    """Reduce-scatter along the sequence, all-gather backward (Korthikanti et al.'s ḡ)."""
 
     @staticmethod
     def forward(ctx, x):
