@@ -381,6 +381,19 @@ LABELS = {
 }
 
 
+def glossary_choices() -> list[tuple[str, list[str]]]:
+    """(chosen form, rejected forms) of each row of docs/glossary.md that rejects a form."""
+    rows = []
+    for line in (ROOT / "docs" / "glossary.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) < 3 or cells[0] in ("English", "---"):
+            continue
+        rejected = [r.strip() for r in re.split(r"[、,]", cells[2]) if r.strip()]
+        if rejected:
+            rows.append((cells[1], rejected))
+    return rows
+
+
 def _shield(text: str) -> tuple[str, list[str]]:
     kept: list[str] = []
 
@@ -423,6 +436,9 @@ STYLE_RULES = [
     ("ASCII punctuation after Chinese", re.compile(rf"(?<=[{_H}])[ \t]*([,;:?!])[ \t]*"), None),
     ("ASCII punctuation before Chinese", re.compile(rf"(?<=[\w)])([,;:?!])[ \t]*(?=[{_H}])"), None),
     ("ASCII parentheses around Chinese", re.compile(rf"[ \t]?\(([^()\n]*[{_H}][^()\n]*)\)[ \t]?"), r"（\1）"),  # noqa: E501
+    # a citation names its authors "X 等人" (docs/glossary.md, "et al."), never "X 等": before a
+    # year, a colon or comma and a title, "等" reads as the verb "wait" or as "and so on"
+    ("citation with 等 (write 等人)", re.compile(r"([A-Z][a-z]+) 等(?=[，（]\d{4}|[：，][*\"“]|[，：]\s*\*)"), r"\1 等人"),  # noqa: E501
 ]  # fmt: skip
 _FULL = {",": "，", ";": "；", ":": "：", "?": "？", "!": "！"}
 #: A wrapped line that meets emphasis or a Chinese quote: Markdown renders the break as a space.
