@@ -271,7 +271,7 @@ def _plain_order(pipeline_order: dict[int, list[Any]]) -> dict[int, list[Action 
 
 
 def library_plan(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list]:
-    """torch's own `pipeline_order` of schedule `name` (its `_Action`s, None for empty slots).
+    """torch's own `pipeline_order` of schedule `name` (its `_Action`s; None for an idle slot).
 
     Built with stand-in stages (no process group, nothing runs): `world_size` ranks, `m`
     micro-batches, `v` stages per rank for the looped layouts. Every kind of action is kept.
@@ -299,7 +299,8 @@ def library_order(name: str, world_size: int, m: int, v: int = 2) -> dict[int, l
     """`pipeline_order` of torch's schedule `name` for `world_size` ranks and `m` micro-batches.
 
     Built with stand-in stages (no process group, nothing runs; `library_plan`); compute actions
-    only, as (stage, kind, micro-batch) tuples, None where the schedule leaves a slot empty.
+    only, as (stage, kind, micro-batch) tuples, None where the plan keeps an idle slot (the
+    multi-stage plans: the single-stage ones lose theirs in torch's `_add_reduce_grad`).
     """
     return _plain_order(library_plan(name, world_size, m, v))
 
