@@ -530,11 +530,13 @@ def expected_p2p(
 def alpha_beta_time(
     algorithm: str, nbytes: float, world_size: int, alpha: float, beta: float
 ) -> float:
-    """Modelled seconds: alpha per message step, beta per byte through the busiest rank's link.
+    """Modelled seconds: alpha per message, beta per byte through the busiest rank's link.
 
     The alpha-beta (latency-bandwidth) model of Thakur, Rabenseifner and Gropp, "Optimization
-    of collective communication operations in MPICH" (IJHPCA 2005); one port per rank (it sends
-    one message at a time):
+    of collective communication operations in MPICH" (IJHPCA 2005), with one port per rank: it
+    sends one message at a time and can receive one meanwhile, so a step costs its longer
+    direction (naive's one step sends N-1 messages in turn; master's rank 0 receives N-1, then
+    sends N-1; each ring step carries one message each way):
     naive (N-1)(alpha + n beta); master 2(N-1)(alpha + n beta) at rank 0;
     ring 2(N-1) alpha + 2(N-1)/N n beta.
     """
