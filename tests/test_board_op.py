@@ -125,6 +125,14 @@ def test_resize_rows_show_the_old_exporter_disagreeing() -> None:
     assert refused["node"] == "refused" and "align_corners" in refused["error"], refused
 
 
+def test_resize_rows_list_the_whole_graph() -> None:
+    exact = board_op.resize_row(board_op.RESIZE_CASES[2])  # nearest-exact 5->8, no Resize
+    assert exact["ops"] == ["Transpose", "GatherND", "Transpose"], exact
+    assert exact["node"] == "GatherND+Transpose" and exact["constant_shapes"] == [[8, 8, 2]], exact
+    bilinear = board_op.resize_row(board_op.RESIZE_CASES[3])
+    assert bilinear["ops"] == ["Resize"] and bilinear["node"] == "Resize", bilinear
+
+
 def test_a_second_process_reuses_the_build() -> None:
     code = "from helpers import board_op; print(board_op.build().how)"
     out = subprocess.run(

@@ -463,6 +463,8 @@ def resize_row(case: ResizeCase, dynamo: bool = True, opset: int | None = None) 
     """Export `case` with one exporter: what it emits, what it warned, and ORT vs PyTorch.
 
     An export the exporter refuses is a row too (`node` is "refused", `error` says why).
+    `node` is the graph's Resize/Upsample op, or the sorted set of its op types if it has none;
+    `ops` lists every node's op type in graph order, `constant_shapes` the initializers' shapes.
     """
     import warnings
 
@@ -492,6 +494,8 @@ def resize_row(case: ResizeCase, dynamo: bool = True, opset: int | None = None) 
         "node": resize[0].op_type
         if resize
         else "+".join(sorted({n.op_type for n in model_proto.graph.node})),
+        "ops": [n.op_type for n in model_proto.graph.node],  # the whole graph, in order
+        "constant_shapes": [list(t.dims) for t in model_proto.graph.initializer],
         "coordinate_transformation_mode": attrs.get("coordinate_transformation_mode", "-"),
         "onnx_mode": attrs.get("mode", "-"),
         "nearest_mode": attrs.get("nearest_mode", "-") if "nearest" in case.mode else "-",
