@@ -549,7 +549,10 @@ def apply_prereqs(paths: list[Path], course: Course | None = None) -> list[str]:
         number = int(path.name[:2])
         nb = nbformat.read(path, 4)
         cell = next(c for c in nb.cells if c.cell_type == "markdown")
-        new = set_prereq(cell.source, prereq_line(course.notebooks[number], "en"), "en")
+        line = prereq_line(course.notebooks[number], "en")
+        if normalized(prereq_paragraph(cell.source, "en")) == normalized(line):
+            continue  # rewrapping alone would make the translation fuzzy for nothing
+        new = set_prereq(cell.source, line, "en")
         if new != cell.source:
             cell.source = new
             nbformat.write(nb, path)
