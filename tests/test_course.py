@@ -106,11 +106,7 @@ def test_generated_chinese_follows_the_style_sheet() -> None:
 def test_teaching_guide_lists_the_same_paths() -> None:
     """docs/teaching.md's path table names the notebooks of each course path (and the capstone's
     prerequisites), as course.toml does."""
-    rows = []
-    for line in (C.ROOT / "docs" / "teaching.md").read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 4 and re.match(r"\d\d", cells[2]):
-            rows.append([int(n) for n in re.findall(r"\d\d", cells[2])])
+    rows = _teaching_rows((C.ROOT / "docs" / "teaching.md").read_text())
     expected = []
     for p in COURSE.paths:
         after = sorted({r.number for n in p.notebooks for r in COURSE.notebooks[n].requires})
@@ -301,3 +297,40 @@ def test_apply_zh_writes_the_line_and_clears_fuzzy_only_when_nothing_else_change
     assert "旧的一行" not in entry.msgstr
     assert entry.msgid == title["source"], "the entry is not keyed to the current English"
     assert entry.fuzzy == elsewhere, f"fuzzy {entry.fuzzy}, report {report}"
+
+
+def test_apply_prereqs_rewrites_only_a_paragraph_that_differs(tmp_path) -> None:
+    import nbformat
+
+    course = _synthetic(**SIXTEEN)
+    line = C.prereq_line(course.notebooks[16], "en")
+    rewrapped = line.replace(" and ", "\nand ", 1)
+    for paragraph, changes in ((rewrapped, False), ("**Prerequisites**: old.", True)):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_markdown_cell(f"# 16 · P\n\n{paragraph}")]
+        nb.cells[0].id = "title"
+        path = tmp_path / "16_p.ipynb"
+        nbformat.write(nb, path)
+        assert C.apply_prereqs([path], course) == (["16_p.ipynb"] if changes else [])
+        cell = nbformat.read(path, 4).cells[0]
+        assert cell.id == "title", "the cell id changed"
+        expected = f"# 16 · P\n\n{line}" if changes else f"# 16 · P\n\n{rewrapped}"
+        assert cell.source == expected, cell.source
+
+
+def _teaching_rows(text: str) -> list[list[int]]:
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 4 and re.match(r"\d\d", cells[2]):
+            rows.append([int(n) for n in re.findall(r"\d\d", cells[2])])
+    return rows
+
+
+def test_teaching_rows_are_read_from_the_table_only() -> None:
+    table = (
+        "| Path | Length | Notebooks | Time |\n|---|---|---|---|\n"
+        "| torch.compile | 90 min | 00, 01, 02, 03 | 35 s |\n"
+        "| Distributed | 90 min | 04, 05 (13 as reading) | 1 s |\n\nProse with 04 and 05.\n"
+    )
+    assert _teaching_rows(table) == [[0, 1, 2, 3], [4, 5, 13]]
