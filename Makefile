@@ -22,8 +22,8 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 TIMINGS := _build/timings
 
-.PHONY: help lab test test-lax unit execute zh lint bench system-deps slides-deps widgets-deps book slides \
-	slurm-check clean timings
+.PHONY: help lab test test-lax unit execute zh course lint bench system-deps slides-deps widgets-deps book \
+	slides slurm-check clean timings
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -118,6 +118,11 @@ execute: $(STAMP) ## re-run notebooks in place to refresh stored outputs (NB=pat
 
 zh: $(STAMP) ## sync the Chinese catalogs (locale/zh) with the English notebooks, regenerate notebooks/zh
 	$(BIN)/python tools/zh.py all
+
+course: $(STAMP) ## 00's table, the README tables and the book index from notebooks/course.toml (NB=path: also those notebooks' Prerequisites)
+	$(BIN)/python tools/course.py docs
+	$(if $(filter-out notebooks/*.ipynb,$(NB)),$(BIN)/python tools/course.py prereqs $(NB))
+	$(BIN)/python tools/course.py check
 
 book: $(STAMP) widgets-deps ## the rendered book of every notebook from its stored outputs, in _build/book
 	$(BIN)/python tools/book.py --out _build/book
