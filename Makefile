@@ -173,5 +173,8 @@ test-torch: ## asserts of every notebook + torch-fact unit tests on another torc
 test-matrix: ## test-torch for each of MATRIX_VERSIONS (2.14.1 2.15.0) and the newest release; fails if any cell fails
 	$(MATRIX) $(MATRIX_NEWEST) $(MATRIX_VERSIONS)
 
-matrix-report: ## publish the last matrix run: docs/compatibility.{json,md}, README's "Tested on"
+matrix-report: $(STAMP) ## publish the last matrix run: docs/compatibility.{json,md}, its Chinese page, README's "Tested on"
 	$(PYTHON) tools/matrix.py report --out $(MATRIX_OUT)
+	@# the Chinese book's page (docs/zh/compatibility.md) from the same record: tools/zh.py needs
+	@# the project's packages, tools/matrix.py only the standard library
+	$(BIN)/python tools/zh.py compatibility
