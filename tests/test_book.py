@@ -111,6 +111,7 @@ ZH_IN_BROWSER = {
     "genindex.html",
     "docs/glossary.html",
     "docs/teaching.html",
+    "docs/compatibility.html",
 }
 ZH_NOTEBOOKS_IN_BROWSER = ("00_", "05_", "14_")
 # the step viewers that must move in the book (issue 27): (notebook page, what its viewer shows,
@@ -396,6 +397,13 @@ def test_step_viewers_move_in_the_book(site, browser, lang: str) -> None:
         assert not record.problems(), f"{lang} {rel}: {record.problems()}"
         staged = out.parent / "book-src" / lang / f"notebooks/{stem}.ipynb"
         steps, start = _embedded_viewer(staged, kind)
+        if lang != "en":
+            # the Chinese page shows the catalog's translation of the English steps; the checks
+            # below read the English text (the picture's hooks are the same in both editions)
+            english = out.parent / "book-src" / "en" / f"notebooks/{stem}.ipynb"
+            en_steps, en_start = _embedded_viewer(english, kind)
+            before, after = _as_english(before, after, steps, en_steps, state, start, lang)
+            steps, start = en_steps, en_start
         if state == VIEW_STATE:
             check_ring_steps(before, after)
             shown = [before["text"], after["text"]]
@@ -413,6 +421,64 @@ def test_step_viewers_move_in_the_book(site, browser, lang: str) -> None:
         else:
             check_alltoall_step(before, steps[start], start, len(steps))
             check_alltoall_step(after, steps[start + 1], start + 1, len(steps))
+
+
+def _as_english(before, after, steps, en_steps, state, start, lang):
+    """What the viewer showed, with its Chinese text checked against the staged (translated)
+    step and replaced by the English step's text, which the shared checks parse."""
+    from tools import zh
+
+    assert (
+        steps
+        == zh.ViewerCatalog().state({"m": {"state": {"steps": en_steps}}})["m"]["state"]["steps"]
+    ), f"{lang}: the staged steps are not the catalog's translation of the English ones"
+    key = "head" if state == CALLPATH_STATE else "text"
+    first = 0 if state == VIEW_STATE else start
+    shown = []
+    for view, i in ((before, first), (after, first + 1)):
+        assert view["text"] == steps[i][key], (
+            f"{lang} viewer at step {i}: expected the translated text {steps[i][key]!r}, "
+            f"found {view['text']!r}"
+        )
+        assert not zh.english_prose(view["text"].splitlines()[0]), view["text"]
+        shown.append({**view, "text": en_steps[i][key]})
+    return shown
+
+
+def test_zh_staging_translates_viewers_and_pages(tmp_path: Path) -> None:
+    """Without Sphinx: the zh edition's staged notebooks carry the viewers' words in Chinese (the
+    English edition's stay English), and docs/zh/*.md replace their English pages, with links
+    that resolve in the staged book."""
+    from tools import zh
+
+    nb = "17_context_and_expert_parallelism.ipynb"
+    for lang in ("en", "zh"):
+        source = (book.NOTEBOOKS / nb) if lang == "en" else (book.NOTEBOOKS / "zh" / nb)
+        translate = zh.ViewerCatalog().state if lang == "zh" else None
+        book.stage_notebook(source, tmp_path / f"{lang}.ipynb", translate=translate)
+    texts = {
+        lang: " ".join(
+            step["text"]
+            for m in nbformat.read(tmp_path / f"{lang}.ipynb", 4)
+            .metadata["widgets"][book.WIDGET_STATE_MIME]["state"]
+            .values()
+            for step in m["state"].get("steps", [])
+        )
+        for lang in ("en", "zh")
+    }
+    assert "holds the K/V block of rank" in texts["en"], texts["en"][:200]
+    assert "的 K/V 块" in texts["zh"] and "holds the" not in texts["zh"], texts["zh"][:200]
+    staging = book.stage(tmp_path / "zh", "zh", widgets=True)
+    for name in ("teaching.md", "compatibility.md"):
+        page = (staging / "docs" / name).read_text()
+        assert re.search(r"[\u4e00-\u9fff]", page.splitlines()[0]), (
+            f"zh staging: docs/{name} is not the Chinese page: {page.splitlines()[0]!r}"
+        )
+        for target in re.findall(r"\]\(([^)#\s]+)", page):
+            if not target.startswith(("http://", "https://")):
+                assert (staging / "docs" / target).resolve().exists(), f"docs/{name}: {target}"
+    english = book.stage(tmp_path / "en", "en", widgets=True)
+    assert (english / "docs" / "teaching.md").read_text() == (book.DOCS / "teaching.md").read_text()
 
 
 def test_staging_moves_viewer_state_into_metadata() -> None:

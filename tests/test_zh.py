@@ -350,3 +350,123 @@ def test_stored_check_lines_of_a_chinese_twin_are_chinese() -> None:
         {"output_type": "stream", "name": "stdout", "text": "07.1 not yet: something else\n"}
     ]
     assert zh.check_outputs_in_chinese(english) == english, "a line not in the catalog stays"
+
+
+# --- the step viewers' words in the Chinese book (locale/zh/viewers.po, tools/book.py) ----------
+
+
+def _viewer_states() -> list[tuple[str, dict]]:
+    """(notebook, widget state) of every step viewer stored in the English notebooks."""
+    from helpers.viewers import STATE_MIME
+
+    found = []
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, 4).cells:
+            for output in cell.get("outputs", []):
+                if STATE_MIME in output.get("data", {}):
+                    found.append((path.name[:2], output["data"][STATE_MIME]["state"]))
+    return found
+
+
+def test_viewer_catalog_entries_keep_their_fields() -> None:
+    catalog = polib.pofile(str(zh.VIEWER_CATALOG), wrapwidth=0)
+    assert len(catalog) >= 60, f"expected the viewers' templates, found {len(catalog)} entries"
+    wrong = []
+    for e in catalog:
+        fields = (
+            sorted(re.findall(r"\{(\w+)\}", e.msgid)),
+            sorted(re.findall(r"\{(\w+)\}", e.msgstr)),
+        )
+        if not e.msgstr or e.fuzzy:
+            wrong.append(f"{e.msgid!r}: not translated")
+        elif fields[0] != fields[1]:
+            wrong.append(f"{e.msgid!r}: fields {fields[1]}, English {fields[0]}")
+        wrong += [f"{e.msgid!r}: {p}" for p in zh.style_problems(e.msgstr, False)]
+    assert not wrong, "locale/zh/viewers.po:\n" + "\n".join(wrong)
+
+
+def test_english_prose_finds_an_untranslated_viewer_line() -> None:
+    """Not vacuous: an English line is prose, identifiers and kept words are not."""
+    assert zh.english_prose("rank 0 holds the K/V block of rank 0") == ["holds", "the", "block"]
+    assert zh.english_prose("rank 0 持有 rank 0 的 K/V 块") == []
+    assert zh.english_prose("  调用者：torch._dynamo.convert_frame._compile") == []
+    assert zh.ViewerCatalog().line("rank 0 does something new") is None
+
+
+def test_every_viewer_line_has_chinese_in_the_book() -> None:
+    """Every line a reader sees in a stored step viewer (slider label, step texts, the pictures'
+    text nodes: 17's legend, "rank 0 holds the K/V block ...") translates, through the catalog,
+    to a line without English prose; the book's zh edition applies exactly this translation."""
+    states = _viewer_states()
+    assert {nb for nb, _ in states} >= {"01", "05", "16", "17"}, [nb for nb, _ in states]
+    catalog = zh.ViewerCatalog()
+    left = sorted(
+        {
+            f"{nb}: {line!r}"
+            for nb, state in states
+            for line in zh.viewer_texts(catalog.state(state))
+            if zh.english_prose(line)
+        }
+    )
+    assert not left, (
+        f"{len(left)} viewer line(s) without a Chinese template in locale/zh/viewers.po:\n"
+        + "\n".join(left[:40])
+    )
+
+
+def test_viewer_translation_changes_words_only() -> None:
+    """The translated state draws the same picture: same models, steps and keys, every SVG
+    attribute (the data-* hooks the viewers and tests read) unchanged, code and links as stored."""
+    catalog = zh.ViewerCatalog()
+    words = re.compile(r">[^<>]+<")
+    for nb, state in _viewer_states():
+        chinese = catalog.state(state)
+        assert chinese.keys() == state.keys(), f"{nb}: models differ"
+        for mid, model in state.items():
+            s, c = model["state"], chinese[mid]["state"]
+            assert s.keys() == c.keys(), f"{nb} {mid}: keys differ"
+            for a, b in zip(s.get("steps", []), c.get("steps", []), strict=True):
+                assert a.keys() == b.keys(), f"{nb}: a step's keys differ"
+                for key in set(a) - {"text", "head", "svg"}:
+                    assert a[key] == b[key], f"{nb}: step field {key!r} changed"
+                if "svg" in a:
+                    assert words.sub("><", a["svg"]) == words.sub("><", b["svg"]), f"{nb}: svg"
+            if "picture" in s:
+                assert words.sub("><", s["picture"]) == words.sub("><", c["picture"]), nb
+    assert catalog.line("  last step: no shift") == "  最后一步：不再传递"
+
+
+def test_chinese_compatibility_page_is_generated_from_the_record() -> None:
+    """docs/zh/compatibility.md is what `tools/zh.py compatibility` makes of the matrix record
+    (docs/compatibility.json), so it cannot drift from the English page's numbers."""
+    import json
+
+    record = json.loads(zh.COMPATIBILITY_RECORD.read_text())
+    page = zh.COMPATIBILITY_PAGE.read_text()
+    assert page == zh.compatibility_page(record), (
+        "docs/zh/compatibility.md is stale: run `python tools/zh.py compatibility`"
+    )
+    for version in record["versions"]:
+        assert f"torch {version}" in page, f"torch {version} missing from the Chinese page"
+
+
+def test_chinese_teaching_guide_follows_the_english_one() -> None:
+    """docs/zh/teaching.md names the English version it translates (a hash of docs/teaching.md):
+    an English edit fails here until the Chinese page is brought up to date, as a notebook's
+    catalog entry goes fuzzy; every notebook it links is the Chinese twin, and exists."""
+    import hashlib
+
+    page = (ROOT / "docs" / "zh" / "teaching.md").read_text()
+    english = (ROOT / "docs" / "teaching.md").read_bytes()
+    found = re.search(r"sha256 前 12 位 ([0-9a-f]{12})", page)
+    assert found, "docs/zh/teaching.md does not say which English version it translates"
+    assert found.group(1) == hashlib.sha256(english).hexdigest()[:12], (
+        "docs/teaching.md changed since docs/zh/teaching.md was translated: translate the change "
+        f"and update the hash (translated {found.group(1)}, now "
+        f"{hashlib.sha256(english).hexdigest()[:12]})"
+    )
+    links = re.findall(r"\]\((\.\./[^)#\s]+)", page)
+    en_links = re.findall(r"\]\((\.\./[^)#\s]+)", english.decode())
+    assert [x.replace("../../notebooks/zh/", "../notebooks/") for x in links] == en_links, links
+    missing = [x for x in links if not (ROOT / "docs" / "zh" / x).resolve().exists()]
+    assert not missing, f"docs/zh/teaching.md links to missing files: {missing}"

@@ -43,6 +43,7 @@ BAD = {
     "ASCII parentheses around Chinese": "中文 (说明) 结束",
     "wrapped line at emphasis": "每个进程\n**rank** 不同",
     "English label": "## 6. Then vs now",
+    "citation with 等 (write 等人)": "见 Goyal 等，*Accurate*；Santurkar 等（2018）报告",
 }
 GOOD = [
     "用 `show_source` 阅读第 3 节的 [摘录](https://example.org/a_b)。",
@@ -85,11 +86,50 @@ def test_catalog_follows_the_style_sheet(path) -> None:
     )
 
 
+#: The Chinese pages outside the catalogs: the README, the book's landing page and the pages staged
+#: into the Chinese book (docs/zh/*.md: the teaching guide, the compatibility report).
+PAGES = sorted(
+    [zh.ROOT / "README.zh.md", zh.ROOT / "book" / "index.zh.md", *zh.ROOT.glob("docs/zh/*.md")]
+)
+
+
+def test_the_chinese_pages_are_found() -> None:
+    names = {p.relative_to(zh.ROOT).as_posix() for p in PAGES}
+    want = {"README.zh.md", "book/index.zh.md", "docs/zh/teaching.md", "docs/zh/compatibility.md"}
+    assert want <= names, f"expected the Chinese pages {sorted(want)}, found {sorted(names)}"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=[p.relative_to(zh.ROOT).as_posix() for p in PAGES])
+def test_chinese_page_follows_the_style_sheet(path) -> None:
+    """A Chinese page is held to the catalogs' style sheet and to the glossary's rejected forms
+    (outside code spans and verbatim English quotations), like a notebook's twin."""
+    text = path.read_text()
+    problems = zh.style_problems(text)
+    prose = re.sub(r"`[^`\n]+`|\(https?://[^)\s]+\)|\"[\x20-\x7e]+?\"", " ", text)
+    problems += [
+        f"rejected form {v!r} (the glossary says {chosen!r})"
+        for chosen, rejected in zh.glossary_choices()
+        for v in rejected
+        if v in prose
+    ]
+    rel = path.relative_to(zh.ROOT).as_posix()
+    assert not problems, f"{rel} breaks the style sheet in {len(problems)} place(s):\n" + "\n".join(
+        problems
+    )
+
+
 def test_exercise_messages_follow_the_style_sheet() -> None:
     catalog = polib.pofile(str(zh.EXERCISE_CATALOG), wrapwidth=0)
     # plain text the judges print, not Markdown
     problems = [
         f"{e.msgid[:50]!r}: {p}" for e in catalog for p in zh.style_problems(e.msgstr, False)
+    ]
+    problems += [
+        f"{e.msgid[:50]!r}: rejected form {v!r} (the glossary says {chosen!r})"
+        for e in catalog
+        for chosen, rejected in zh.glossary_choices()
+        for v in rejected
+        if v in e.msgstr
     ]
     assert not problems, "locale/zh/exercises.po:\n" + "\n".join(problems)
 

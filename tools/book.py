@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -78,27 +79,31 @@ LIVE_VIEW = re.compile(r"<iframe\b[^>]*\bsrc=\"https?://(127\.0\.0\.1|localhost)
 LIVE_VIEW_NOTE = "(a view served live by the notebook's kernel: run the notebook to see it)"
 
 
-def stage_notebook(source: Path, target: Path, widgets: bool = True) -> int:
+def stage_notebook(
+    source: Path, target: Path, widgets: bool = True, translate: Callable | None = None
+) -> int:
     """Copy one notebook for the book; returns how many live-only outputs were replaced.
 
     An output whose HTML frames a server on this machine (started by the kernel, gone once it
     stopped) becomes a line of text saying so: in the book it would be an empty frame and a
     failed request. A step viewer's widget state moves from its display into the notebook's
     metadata (`embed_widgets`); with `widgets=False` (no HTML manager to render it) the viewer's
-    display keeps only its text twin.
+    display keeps only its text twin. `translate` (the Chinese edition's: `tools.zh.ViewerCatalog`)
+    maps the embedded widget state to the edition's language.
     """
     nb = nbformat.read(source, 4)
     replaced = drop_live_views(nb)
-    embed_widgets(nb, keep_views=widgets)
+    embed_widgets(nb, keep_views=widgets, translate=translate)
     nbformat.write(nb, target)
     return replaced
 
 
-def embed_widgets(nb, keep_views: bool = True) -> int:
+def embed_widgets(nb, keep_views: bool = True, translate: Callable | None = None) -> int:
     """Move, in place, the widget state each viewer's display carries (`STATE_MIME`) into the
     notebook's `widgets` metadata, the state MyST-NB embeds in the page for the HTML manager;
     returns how many displays carried one. keep_views=False drops the widget views instead, so
-    the page shows the display's text/plain."""
+    the page shows the display's text/plain. `translate` maps the state (the viewers' words) to
+    the edition's language."""
     state: dict = {}
     found = 0
     for cell in nb.cells:
@@ -112,6 +117,8 @@ def embed_widgets(nb, keep_views: bool = True) -> int:
                 state.update(with_modules(carried["state"]))
             else:
                 data.pop(WIDGET_VIEW_MIME, None)
+    if state and translate is not None:
+        state = translate(state)
     if state:
         nb.metadata["widgets"] = {
             WIDGET_STATE_MIME: {"version_major": 2, "version_minor": 0, "state": state}
@@ -171,12 +178,24 @@ def stage(staging: Path, lang: str = "en", widgets: bool = True) -> Path:
             continue  # this language has its own version of the page
         if suffix in ("md", f"{lang}.md"):
             shutil.copy2(path, staging / f"{name}.md")
+    translate = None
+    if lang == "zh":  # the step viewers' words (locale/zh/viewers.po), the Chinese pages
+        from tools import zh
+
+        translate = zh.ViewerCatalog().state
     for nb in notebooks(lang):
-        stage_notebook(nb, staging / "notebooks" / nb.name, widgets=widgets)
+        stage_notebook(nb, staging / "notebooks" / nb.name, widgets=widgets, translate=translate)
     if DOCS.is_dir():
         (staging / "docs").mkdir()
         for doc in DOCS.glob("*.md"):
             shutil.copy2(doc, staging / "docs" / doc.name)
+        for doc in (DOCS / lang).glob("*.md") if lang != "en" else []:
+            # docs/<lang>/X.md replaces docs/X.md in its edition; its links are written for
+            # GitHub (from docs/zh/: ../../notebooks/zh/NN.ipynb, ../glossary.md), and the
+            # staged page sits in docs/
+            text = doc.read_text().replace(f"](../../notebooks/{lang}/", "](../notebooks/")
+            text = re.sub(r"\]\(\.\./(?!notebooks/)", "](", text)  # ../glossary.md: a sibling
+            (staging / "docs" / doc.name).write_text(text)
     teaching = staging / "docs" / "teaching.md"
     if not teaching.exists():  # the landing page links to it; written separately (issue 14)
         teaching.parent.mkdir(exist_ok=True)

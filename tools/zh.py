@@ -4,6 +4,7 @@
     python tools/zh.py build      # write notebooks/zh/*.ipynb from the English notebooks + catalogs
     python tools/zh.py status     # what is left to translate (exit 1 if anything)
     python tools/zh.py exercises  # sync locale/zh/exercises.po with the judges' messages
+    python tools/zh.py compatibility  # docs/zh/compatibility.md from docs/compatibility.json
     (`make zh` runs update, then build, then status; `all` also runs `exercises`)
 
 One catalog per notebook, `locale/zh/NN_name.po`. Each markdown cell of the English notebook is one
@@ -360,6 +361,220 @@ def exercise_problems() -> list[Problem]:
     return found
 
 
+# --- the step viewers in the Chinese book (locale/zh/viewers.po) ----------------------------------
+# A viewer's words are data (each step's text and picture, computed in Python and stored in the
+# notebook's widget state), identical in both twins: the Chinese book translates them when it is
+# built (tools/book.py, zh edition), line by line and text node by text node, from a catalog of
+# templates. The stored notebooks, and so nbval, stay as they are.
+
+VIEWER_CATALOG = LOCALE / "viewers.po"
+_FIELD = re.compile(r"\{(\w+)\}")
+_SVG_TEXT = re.compile(r">([^<>]+)<")
+
+
+class ViewerCatalog:
+    """The templates of locale/zh/viewers.po: `line(english)` is the Chinese of one line (None
+    when no entry matches), `text`, `svg` and `state` apply it to a step's text, a picture's
+    text nodes and a whole widget state."""
+
+    def __init__(self, path: Path = VIEWER_CATALOG) -> None:
+        entries = [e for e in polib.pofile(str(path), wrapwidth=0) if e.msgstr and not e.fuzzy]
+        self.exact = {e.msgid: e.msgstr for e in entries if not _FIELD.search(e.msgid)}
+        templates = [e for e in entries if _FIELD.search(e.msgid)]
+        # the most literal text first: "rank {r}: idle" before "rank {r}: {action} ..."
+        templates.sort(key=lambda e: -len(_FIELD.sub("", e.msgid)))
+        self.templates = [(self._regex(e.msgid), e.msgstr) for e in templates]
+
+    @staticmethod
+    def _regex(msgid: str) -> re.Pattern:
+        parts = _FIELD.split(msgid)
+        return re.compile(
+            "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
+        )
+
+    def line(self, english: str) -> str | None:
+        if english in self.exact:
+            return self.exact[english]
+        for regex, chinese in self.templates:
+            m = regex.fullmatch(english)
+            if m:
+                # a field that is itself an entry (a stage's name, "none", what a pipeline
+                # action does) is translated too
+                fields = {k: self.line(v) or v for k, v in m.groupdict().items()}
+                return chinese.format(**fields)
+        return None
+
+    def text(self, english: str) -> str:
+        return "\n".join(self.line(x) or x for x in english.split("\n"))
+
+    def svg(self, english: str) -> str:
+        import html
+
+        def node(m: re.Match) -> str:
+            text = html.unescape(m.group(1))
+            chinese = self.line(text) if text.strip() else None
+            return m.group() if chinese is None else f">{html.escape(chinese, quote=False)}<"
+
+        return _SVG_TEXT.sub(node, english)
+
+    def state(self, state: dict) -> dict:
+        """A copy of an embedded widget state (model id -> {"state": ...}) with every viewer's
+        label, step texts (`text`, 01's `head`) and pictures (`svg`, 16's `picture`) in Chinese;
+        code (01's `body`), names, links and every attribute stay as they are."""
+        out = copy.deepcopy(state)
+        for model in out.values():
+            s = model.get("state", {})
+            if "steps" not in s:
+                continue
+            if isinstance(s.get("label"), str):
+                s["label"] = self.line(s["label"]) or s["label"]
+            for step in s["steps"]:
+                for key in ("text", "head"):
+                    if isinstance(step.get(key), str):
+                        step[key] = self.text(step[key])
+                if isinstance(step.get("svg"), str):
+                    step["svg"] = self.svg(step["svg"])
+            if isinstance(s.get("picture"), str):
+                s["picture"] = self.svg(s["picture"])
+        return out
+
+
+#: English words a translated viewer line may keep (glossary: rank, token, query, key, stage and
+#: the collectives' names stay English; proper names; the symbols of the ring attention text).
+VIEWER_KEPT = {
+    "rank", "ranks", "token", "tokens", "query", "key", "stage", "Dynamo", "AOTAutograd",
+    "Inductor", "ReduceScatter", "AllGather", "LSE", "out", "int64",
+}  # fmt: skip
+
+
+def english_prose(line: str) -> list[str]:
+    """The English words of a line that a reader would read as prose: words of three letters or
+    more outside identifiers, paths and links (a token holding `._/:<>=#`) and VIEWER_KEPT."""
+    words = []
+    for token in line.split():
+        if re.search(r"[._/<>=#]|::", token.strip("(),;:")):
+            continue
+        words += [w for w in re.findall(r"[A-Za-z]{3,}\d*", token) if w not in VIEWER_KEPT]
+    return words
+
+
+def viewer_texts(state: dict) -> list[str]:
+    """Every line a reader sees in the viewers of a widget state (labels, step texts, the
+    pictures' text nodes): what the Chinese book must show in Chinese."""
+    import html
+
+    seen: list[str] = []
+    for model in state.values():
+        s = model.get("state", {})
+        if "steps" not in s:
+            continue
+        seen.append(s.get("label", ""))
+        pictures = [s.get("picture", "")]
+        for step in s["steps"]:
+            for key in ("text", "head"):
+                seen += str(step.get(key, "")).split("\n")
+            pictures.append(step.get("svg", ""))
+        for svg in pictures:
+            seen += [html.unescape(m) for m in _SVG_TEXT.findall(svg or "")]
+    return [x for x in seen if x.strip()]
+
+
+# --- the compatibility report's Chinese page (docs/zh/compatibility.md) --------------------------
+# Generated, like docs/compatibility.md, from the record docs/compatibility.json that
+# `tools/matrix.py report` writes: `python tools/zh.py compatibility` (matrix.py's publish calls
+# `write_compatibility` after writing the English page). The book stages it into the zh edition.
+
+COMPATIBILITY_RECORD = ROOT / "docs" / "compatibility.json"
+COMPATIBILITY_PAGE = ROOT / "docs" / "zh" / "compatibility.md"
+
+
+def compatibility_page(record: dict) -> str:
+    """docs/zh/compatibility.md from the record (the same tables as tools/matrix.py's
+    `markdown_page`, in Chinese; failure messages stay as torch printed them)."""
+    if str(ROOT) not in sys.path:  # run as `python tools/zh.py compatibility`
+        sys.path.insert(0, str(ROOT))
+    from tools import matrix
+
+    versions = record["versions"]
+    names = sorted({n for v in versions.values() for n in v["notebooks"]})
+    units = "、".join(f"`{t}`" for t in matrix.UNIT_TESTS)
+    out = [
+        "# 兼容性：notebook 在哪些 torch 版本上测试过",
+        "",
+        "由 `python3 tools/zh.py compatibility` 根据最近一次 `make test-matrix` 的记录"
+        f"（`docs/compatibility.json`，{record['date'] or '没有运行记录'}）生成，请不要手工编辑。"
+        "英文版见 `docs/compatibility.md`，由 `python3 tools/matrix.py report` 生成。",
+        "",
+        "固定版本 torch 2.13.0（`requirements.txt`）由 `make test` 检查：比对每一个存储的输出"
+        "（严格模式的 nbval）。下面这些更新的版本由 `make test-matrix` 检查：每个版本在自己的环境中"
+        "安装 `requirements.txt` 的其余依赖，用 `pytest --nbval-lax` 运行每个 notebook"
+        f"（每个单元格都运行，只比对其中的断言），并运行陈述 torch 事实的单元测试（{units}）。",
+        "",
+        "## 运行记录",
+        "",
+        "| torch | 安装的版本 | Python | 日期（UTC） | 通过的单元格与测试 | 失败 | 分钟 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for version, v in versions.items():
+        t = matrix.totals(v)
+        minutes = f"{v['seconds'] / 60:.1f}" if v.get("seconds") else ""
+        when = v["started"].replace("T", " ")[:16]
+        out.append(
+            f"| {version} | `{v['installed']}` | {v['python']} | {when} | {t['passed']} | "
+            f"{t['failed']} | {minutes} |"
+        )
+    out += ["", "## 逐个 notebook", "", "`--nbval-lax` 下通过 / 失败的单元格数。", ""]
+
+    def table(first: str, kind: str, rows: list[str]) -> list[str]:
+        lines = [f"| {first} | " + " | ".join(f"torch {v}" for v in versions) + " |"]
+        lines.append("|---|" + "---|" * len(versions))
+        for name in rows:
+            counts = [v[kind].get(name) for v in versions.values()]
+            cells = [f"{g['passed']} / {g['failed']}" if g else "未运行" for g in counts]
+            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+        return lines
+
+    out += table("notebook", "notebooks", names)
+    unit_files = sorted({n for v in versions.values() for n in v["unit"]})
+    if unit_files:
+        out += ["", "单元测试通过 / 失败的数目：", ""]
+        out += table("文件", "unit", unit_files)
+    out += ["", "## 失败", ""]
+    any_failure = False
+    for version, v in versions.items():
+        for name, g in {**v["notebooks"], **v["unit"]}.items():
+            for f in g["failures"]:
+                any_failure = True
+                where = (
+                    f"代码单元格 {f['code_cell']}"
+                    + (f"（id {f['cell_id']}）" if f.get("cell_id") else "")
+                    if "code_cell" in f
+                    else f"`{f['test']}`"
+                )
+                out += [
+                    f"**torch {version}，`{name}`，{where}**：`{f['exception']}`",
+                    "",
+                    "~~~text",
+                    f["message"].replace("~~~", "~ ~ ~") or "（消息为空）",
+                    "~~~",
+                    "",
+                ]
+    if not any_failure:
+        out += ["没有失败：上面每个版本上的每个单元格和测试都通过了。", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_compatibility(record: dict | None = None) -> Path:
+    """Write docs/zh/compatibility.md from `record` (default: docs/compatibility.json)."""
+    import json
+
+    if record is None:
+        record = json.loads(COMPATIBILITY_RECORD.read_text())
+    COMPATIBILITY_PAGE.parent.mkdir(parents=True, exist_ok=True)
+    COMPATIBILITY_PAGE.write_text(compatibility_page(record))
+    return COMPATIBILITY_PAGE
+
+
 # --- the style sheet (tests/test_zh_style.py) ---------------------------------------------------
 # The rules of the Chinese technical-writing style guides that PyTorch 中文文档 and d2l-zh follow
 # (《中文文案排版指北》), as far as a program can check them. Code spans, math, URLs, link targets
@@ -537,6 +752,9 @@ def changed_since(rev: str) -> list[tuple[str, int, int, int, int]]:
 
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "all"
+    if command == "compatibility":
+        print(f"wrote {write_compatibility().relative_to(ROOT)}")
+        return 0
     if command == "changed":
         print(f"| notebook | entries | also in {argv[1]} | changed | wording changed |")
         print("|---|---:|---:|---:|---:|")
