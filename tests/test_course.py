@@ -334,3 +334,13 @@ def test_teaching_rows_are_read_from_the_table_only() -> None:
         "| Distributed | 90 min | 04, 05 (13 as reading) | 1 s |\n\nProse with 04 and 05.\n"
     )
     assert _teaching_rows(table) == [[0, 1, 2, 3], [4, 5, 13]]
+
+
+def test_gpu_label_only_where_the_notebook_would_use_gpus() -> None:
+    titles = {n: _title(n) for n in FILES}
+    problems = C.runs_on_problems(COURSE, titles)
+    assert not problems, "\n".join(problems)
+    labelled = _synthetic(n16={"runs_on": "gpu-designed"})
+    gloo = "# 16 · P\n\nEvery launch asks for gloo, so on a GPU machine it runs on the CPU\ntoo."
+    assert C.runs_on_problems(labelled, {16: gloo}), "a gloo-only notebook passed as GPU-ready"
+    assert C.runs_on_problems(labelled, {16: "# 16 · P\n\nWith GPUs it takes NCCL."}) == []

@@ -452,6 +452,22 @@ def reason_problems(course: Course, texts: dict[int, str]) -> list[str]:
     return found
 
 
+#: what a title cell says when its launches ask for gloo on a GPU machine too
+CPU_EVERYWHERE = re.compile(r"runs on the CPU too")
+
+
+def runs_on_problems(course: Course, titles: dict[int, str]) -> list[str]:
+    """A notebook labelled "GPU as designed" whose title cell says it runs on the CPU there too."""
+    return [
+        f"notebook {nn(n)}: course.toml says {course.notebooks[n].runs_on['en']!r}, but its "
+        'title cell says it runs on the CPU on a GPU machine too (runs_on = "cpu")'
+        for n, title in sorted(titles.items())
+        if n in course.notebooks
+        and course.notebooks[n].runs_on["en"] != "CPU"
+        and CPU_EVERYWHERE.search(normalized(title))
+    ]
+
+
 def prereq_problems(course: Course, number: int, title_cell: str, name: str) -> list[str]:
     """The notebook's Prerequisites paragraph differs from what course.toml generates."""
     found = prereq_paragraph(title_cell, "en")
@@ -520,10 +536,11 @@ def problems(course: Course | None = None) -> list[str]:
     found = structure_problems(course, files)
     texts = {n: cell_text(_read_nb(p)["cells"]) for n, p in files.items()}
     found += reason_problems(course, texts)
+    titles = {n: _markdown(_read_nb(path))[0]["source"] for n, path in files.items()}
+    found += runs_on_problems(course, titles)
     for n, path in files.items():
         if n in course.notebooks:
-            title = _markdown(_read_nb(path))[0]["source"]
-            found += prereq_problems(course, n, title, path.name)
+            found += prereq_problems(course, n, titles[n], path.name)
     if 0 in files:
         cell = orientation_cell(_read_nb(files[0]))
         found += block_problems(
