@@ -324,9 +324,6 @@ def _markers(name: str) -> tuple[str, str]:
     return f"<!-- course:{name}: {NOTE} -->", f"<!-- /course:{name} -->"
 
 
-_OPEN = re.compile(r"<!-- course:(?P<name>[a-z-]+)(:[^\n]*)? -->\n")
-
-
 def read_block(text: str, name: str) -> str | None:
     """The content between one block's markers (without the blank lines around it), or None."""
     m = re.search(rf"<!-- course:{name}(:[^\n]*)? -->\n(.*?)\n?<!-- /course:{name} -->", text, re.S)
