@@ -277,10 +277,10 @@ def paths_block(course: Course, lang: str, files: dict[int, Path]) -> str:
             heading = (
                 f"**The capstone, after {after}.**"
                 if lang == "en"
-                else f"**收官篇，接在 {after} 之后。**"
+                else f"**收官篇，接在 {after} 之后**。"
             )
         else:
-            heading = f"**{p.heading[lang]}.**" if lang == "en" else f"**{p.heading[lang]}。**"
+            heading = f"**{p.heading[lang]}.**" if lang == "en" else f"**{p.heading[lang]}**。"
         links = []
         for n in p.notebooks:
             note = p.note.get(n, {}).get(lang)
