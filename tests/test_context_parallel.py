@@ -127,3 +127,31 @@ def test_without_the_tie_causal_backward_deadlocks() -> None:
         launch(cp.ring_worker, 2, args=([case],), backend="gloo", timeout_s=40)
     assert info.value.ranks == [1], f"expected rank 1 stuck, found {info.value.ranks}"
     assert "backward" in str(info.value), f"expected rank 1 stuck in backward: {info.value}"
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_torch_rotaters_follow_the_ring(world_size) -> None:
+    # torch's context_parallel rotaters: both hand rank r the block of ring_owner(r, step) (the
+    # ring's order); the all-gather one holds every rank's block after its first exchange
+    per_rank = launch(cp.rotater_worker, world_size, backend="gloo", timeout_s=120)
+    for rank, methods in enumerate(per_rank):
+        owners = [cp.ring_owner(rank, s, world_size) for s in range(world_size)]
+        assert methods["ALL_TO_ALL"]["held"] == owners
+        assert methods["ALL_GATHER"]["held"] == owners
+        assert methods["ALL_GATHER"]["kept after the first exchange"] == 4 * world_size
+        assert methods["ALL_TO_ALL"]["kept after the first exchange"] == 4
+
+
+def test_library_worker_backward_case_reaches_the_kernel() -> None:
+    # grad-requiring copies made inside the context: the call fails at the CPU flash kernel
+    # (no context-parallel handler), not at the buffers' restore on exit
+    per_rank = launch(
+        cp.library_worker,
+        2,
+        args=([dict(causal=True, backward=True)],),
+        backend="gloo",
+        timeout_s=300,
+    )
+    for r in per_rank:
+        assert r[0]["raised"] == "NotImplementedError", r[0]
+        assert "_scaled_dot_product_flash_attention_for_cpu" in r[0]["message"], r[0]

@@ -43,6 +43,7 @@ __all__ = [
     "strides_worker",
     "pitfall_worker",
     "library_worker",
+    "rotater_worker",
     "work_formula",
     "work_grid",
     "work_grid_svg",
@@ -512,9 +513,10 @@ def pitfall_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) 
 def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:
     """torch's context_parallel on CPU: per case {causal, backward}, what ran or what it raised.
 
-    The buffers are sharded in place along S by the context manager (so they cannot require
-    grad on entry: "cannot resize variables that require grad"); they are made to require grad
-    inside it, where they are this rank's shards.
+    The context manager shards the buffers in place along S (`resize_`) on entry and restores
+    them the same way on exit, so a buffer cannot require grad ("cannot resize variables that
+    require grad"); for a backward case the attention runs on grad-requiring copies
+    (`detach().requires_grad_()`) of this rank's shards, made inside the context.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
@@ -528,9 +530,8 @@ def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) 
         try:
             with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
                 shard_shape = tuple(q.shape)
-                for t in (q, k, v):
-                    t.requires_grad_(case["backward"])
-                out = F.scaled_dot_product_attention(q, k, v, is_causal=case["causal"])
+                qs, ks, vs = (t.detach().requires_grad_(case["backward"]) for t in (q, k, v))
+                out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=case["causal"])
                 expected = split_sequence(ref["out"], world_size, rank, "contiguous")
                 err = (out.detach() - expected).abs().max().item()
                 if case["backward"]:
@@ -555,6 +556,36 @@ def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) 
                     "s": time.perf_counter() - t0,
                 }
             )
+    return results
+
+
+def rotater_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """torch's own K/V rotaters of `context_parallel`, run on this process group (gloo, CPU).
+
+    Each rank's buffer holds its rank number (4 values). For each `_RotateMethod`, the loop of
+    `_templated_ring_attention` (exchange at steps 0..N-2, take the next buffer at steps 1..N-1)
+    records which rank's buffer this rank holds at each step, and the elements the rotater keeps
+    after its first exchange (all-gather: every rank's; all-to-all: one block).
+    """
+    from torch.distributed.tensor.experimental._context_parallel import _attention
+
+    pg = dist.group.WORLD
+    results: dict[str, Any] = {}
+    for method in (_attention._RotateMethod.ALL_GATHER, _attention._RotateMethod.ALL_TO_ALL):
+        rotater = _attention._create_rotater(pg, 2, method)
+        buffer = torch.full((4,), float(rank))
+        held, kept = [rank], None
+        for step in range(world_size):
+            if step > 0:
+                buffer = rotater.next_buffer()
+                held.append(int(buffer[0].item()))
+            if step < world_size - 1:
+                rotater.exchange_buffers(buffer)
+                if kept is None:
+                    pending = getattr(rotater, "_aggregated_buffer", None)
+                    pending = rotater._buffer if pending is None else pending
+                    kept = int(pending.numel())
+        results[method.name] = {"held": held, "kept after the first exchange": kept}
     return results
 
 
