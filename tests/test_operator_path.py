@@ -176,6 +176,39 @@ def test_computing_lines_finds_both_forms() -> None:
         operator_path.computing_lines(kernel, {"scalar": None, "vector": None})
 
 
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="a torch built without MKL")
+def test_mkl_atan_is_what_eager_atan_runs_and_refuses_other_inputs() -> None:
+    import math
+
+    x = torch.linspace(-10, 10, 1 << 16)
+    mkl = operator_path.mkl_atan(x)
+    # eager's float kernel calls vml::vatan, which an MKL build specialises to vmsAtan
+    assert torch.equal(mkl, torch.atan(x))
+    assert abs(mkl[-1].item() - math.atan(10.0)) < 1e-6
+    # the wrong world: another libm's atan differs from MKL's in the last bit somewhere
+    import numpy as np
+
+    assert not np.array_equal(mkl.numpy(), np.arctan(x.numpy()))
+    for bad in (x.double(), x[::2], x.to(torch.float16)):
+        with pytest.raises(ValueError, match="contiguous float32 CPU tensor"):
+            operator_path.mkl_atan(bad)
+
+
+def test_mkl_atan_names_a_library_without_the_symbol(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+
+    class NoSymbols:
+        def __init__(self, name: str) -> None:
+            pass
+
+        def __getattr__(self, name: str) -> None:
+            raise AttributeError(name)
+
+    monkeypatch.setattr(ctypes, "CDLL", NoSymbols)
+    with pytest.raises(LookupError, match="vsAtan"):
+        operator_path.mkl_atan(torch.ones(3))
+
+
 def test_layers_svg_is_deterministic_and_escaped() -> None:
     layers = [("a <b>", "x & y"), ("c", "d")]
     svg = operator_path.layers_svg(layers, title="t")

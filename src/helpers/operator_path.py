@@ -31,6 +31,7 @@ __all__ = [
     "registration_link",
     "inductor_route",
     "computing_lines",
+    "mkl_atan",
     "layers_svg",
 ]
 
@@ -301,6 +302,40 @@ def computing_lines(kernel: str, route: dict[str, Any]) -> list[str]:
         raise ValueError("inductor_route: expected a scalar or vector C++ form, found neither")
     found = re.compile("|".join(patterns))
     return [line.strip() for line in kernel.splitlines() if found.search(line)]
+
+
+# --------------------------------------------------------------------------- the math library
+
+
+def mkl_atan(x: Any) -> Any:
+    """atan of a contiguous float32 CPU tensor computed by MKL's VML function `vsAtan`, called
+    through ctypes from the `libtorch_cpu.so` of the installed wheel (which links MKL and exports
+    the symbol in an MKL-enabled build). Raises ValueError for another dtype, device or layout
+    and LookupError when the library does not export `vsAtan` (a build without MKL)."""
+    import ctypes
+
+    import torch
+
+    if x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
+        raise ValueError(
+            f"mkl_atan: expected a contiguous float32 CPU tensor, found {x.dtype} on "
+            f"{x.device}, contiguous={x.is_contiguous()}"
+        )
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        vs_atan = ctypes.CDLL(str(library)).vsAtan
+    except (OSError, AttributeError) as err:
+        raise LookupError(
+            f"mkl_atan: expected MKL's vsAtan exported by {library.name}, found none ({err})"
+        ) from None
+    # vsAtan(n, a, r): MKL_INT n (a 32-bit int in the LP64 MKL that ATen/cpu/vml.h assumes)
+    vs_atan.argtypes = (ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p)
+    vs_atan.restype = None
+    if x.numel() >= 2**31:
+        raise ValueError(f"mkl_atan: expected fewer than 2**31 elements, found {x.numel()}")
+    out = torch.empty_like(x)
+    vs_atan(x.numel(), x.data_ptr(), out.data_ptr())
+    return out
 
 
 # --------------------------------------------------------------------------- the picture
