@@ -43,6 +43,7 @@ BAD = {
     "ASCII parentheses around Chinese": "中文 (说明) 结束",
     "wrapped line at emphasis": "每个进程\n**rank** 不同",
     "English label": "## 6. Then vs now",
+    "punctuation inside a bold label": "**新旧对照。** “过去”一栏",
     "citation with 等 (write 等人)": "见 Goyal 等，*Accurate*；Santurkar 等（2018）报告",
 }
 GOOD = [

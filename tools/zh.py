@@ -651,6 +651,10 @@ STYLE_RULES = [
     ("ASCII punctuation after Chinese", re.compile(rf"(?<=[{_H}])[ \t]*([,;:?!])[ \t]*"), None),
     ("ASCII punctuation before Chinese", re.compile(rf"(?<=[\w)])([,;:?!])[ \t]*(?=[{_H}])"), None),
     ("ASCII parentheses around Chinese", re.compile(rf"[ \t]?\(([^()\n]*[{_H}][^()\n]*)\)[ \t]?"), r"（\1）"),  # noqa: E501
+    # a bold label keeps its punctuation outside: **新旧对照**。正文 (CONTRIBUTING: **标题**。正文),
+    # not **新旧对照。** 正文, which renders but is the other convention (a bold line of its own,
+    # a heading in all but name, is left alone)
+    ("punctuation inside a bold label", re.compile(r"(?:^|(?<=[\s（(]))\*\*([^*\n（]{1,40}?)([。：])\*\*[ ]?(?=\S)", re.M), r"**\1**\2"),  # noqa: E501
     # a citation names its authors "X 等人" (docs/glossary.md, "et al."), never "X 等": before a
     # year, a colon or comma and a title, "等" reads as the verb "wait" or as "and so on"
     ("citation with 等 (write 等人)", re.compile(r"([A-Z][a-z]+) 等(?=[，（]\d{4}|[：，][*\"“]|[，：]\s*\*)"), r"\1 等人"),  # noqa: E501
