@@ -237,6 +237,22 @@ def test_mismatched_recv_ends_in_bounded_time_naming_ranks() -> None:
     assert "rank 0: recv with rank 1" in text and "rank 1: recv with rank 0" in text, text
 
 
+def test_blocking_1f1b_ends_in_both_sends() -> None:
+    run = dict(schedule="1f1b", m=4, blocking=True, op_timeout_s=1.0)
+    got = launch(pp.deadlock_worker, 2, args=(run,), timeout_s=300)
+    assert got[0]["message"].startswith("rank 0: send of activation 1 with rank 1 "), got
+    assert got[1]["message"].startswith("rank 1: send of gradient 0 with rank 0 "), got
+    errors = {r["error"] for r in got}
+    assert "timeout" in errors and errors <= {"timeout", "failed"}, f"expected a timeout: {got}"
+    assert all("[" not in r["message"] for r in got), f"expected gloo's text cut off: {got}"
+
+
+def test_deadlock_worker_returns_none_without_a_deadlock() -> None:
+    run = dict(schedule="gpipe", m=4, blocking=True, op_timeout_s=30.0)
+    got = launch(pp.deadlock_worker, 2, args=(run,), timeout_s=300)
+    assert got == [{"error": None}] * 2, f"expected GPipe on blocking sends to finish, found {got}"
+
+
 def test_blocking_1f1b_ends_in_bounded_time_naming_ranks() -> None:
     start = time.monotonic()
     runs = [dict(schedule="1f1b", m=4, blocking=True, op_timeout_s=1.0)]

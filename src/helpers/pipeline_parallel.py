@@ -59,6 +59,7 @@ __all__ = [
     "slot_text",
     "timeline_step_viewer",
     "scratch_worker",
+    "deadlock_worker",
     "library_worker",
     "mismatch_worker",
     "SCHEDULES",
@@ -650,6 +651,24 @@ def scratch_worker(rank: int, world_size: int, runs: Sequence[dict[str, Any]]) -
         dist.barrier()  # every run starts together: its timestamps share a start
         results.append(scratch_step(rank, world_size, **run))
     return results
+
+
+def deadlock_worker(rank: int, world_size: int, run: dict[str, Any]) -> dict[str, Any]:
+    """Worker: `scratch_step(**run)` where it is to deadlock; how this rank's wait ended.
+
+    Returns {"error": None} when the step completes, else {"error": "timeout" or "failed",
+    "message": ...}: the first rank to time out ends the deadlock, and a peer still waiting in
+    its own send then times out as well or fails ("Connection closed by peer", gloo's words);
+    which of the two varies from run to run. The message is cut before gloo's own text.
+    """
+    dist.barrier()
+    try:
+        scratch_step(rank, world_size, **run)
+    except PipelineTimeout as err:
+        return {"error": "timeout", "message": str(err).split(": [")[0]}
+    except RuntimeError as err:  # _wait's "failed": the peer's end of the pair went away
+        return {"error": "failed", "message": str(err).split(": [")[0]}
+    return {"error": None}
 
 
 def mismatch_worker(rank: int, world_size: int, op_timeout_s: float) -> None:
