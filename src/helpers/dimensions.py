@@ -263,8 +263,9 @@ def dimension_table(per_rank: list[dict]) -> list[dict[str, Any]]:
 
     Each row: strategy, shards, collectives ({kind: count}), message (measured bytes of rank 0's
     messages in one step), formula (what the Playbook's statement gives for this model),
-    sent_per_rank (list over ranks: ring formula of the measured messages for collectives,
-    measured for send and all-to-all), held (fraction of the parameters rank 0 holds),
+    sent_per_rank (list over ranks: the ring formula of rank 0's measured messages for the
+    collectives, the same for every rank; measured on the wire for data; the bytes handed to send
+    and all-to-all, per rank), held (fraction of the parameters rank 0 holds),
     matches (measured == formula, exactly).
     """
     n = len(per_rank)
@@ -291,13 +292,16 @@ def dimension_table(per_rank: list[dict]) -> list[dict[str, Any]]:
     d = r0["zero"]
     k = 4 * d["padded"]
     msg = _bytes(d["ops"], "reduce_scatter") + _bytes(d["ops"], "all_gather")
+    rs, ag = _bytes(d["ops"], "reduce_scatter"), _bytes(d["ops"], "all_gather")  # measured
     row("zero", counts(d), msg, 2 * k,
-        [_ring("reduce_scatter", k, n) + _ring("all_gather", k, n)] * n, held("zero"))  # fmt: skip
+        [_ring("reduce_scatter", rs, n) + _ring("all_gather", ag, n)] * n,
+        held("zero"))  # fmt: skip
     d = r0["fsdp"]
     k = 4 * _fsdp_padded(n)
     msg = _bytes(d["ops"], "reduce_scatter") + _bytes(d["ops"], "all_gather")
+    rs, ag = _bytes(d["ops"], "reduce_scatter"), _bytes(d["ops"], "all_gather")  # measured
     row("fsdp", counts(d), msg, 3 * k,
-        [_ring("all_gather", 2 * k, n) + _ring("reduce_scatter", k, n)] * n,
+        [_ring("all_gather", ag, n) + _ring("reduce_scatter", rs, n)] * n,
         held("fsdp"))  # fmt: skip
     d = r0["tensor"]
     sbh = 4 * d["sbh"]
