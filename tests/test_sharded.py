@@ -59,6 +59,38 @@ def test_fsdp2_holds_each_element_once_across_ranks(results) -> None:
     assert d["local_shape"] == (-(-30 // n), 10), d  # ceil(30 / N) rows on rank 0
 
 
+def test_storage_behind_the_tensors(results) -> None:
+    """DDP and ZeRO: storage = the tensors' bytes; FSDP2: params and grads padded, equal on every
+    rank; its AdamW moments unpadded (they sum to 8 B per element over the ranks)."""
+    n, per_rank = results
+    for rank in range(n):
+        for r in per_rank[rank]:
+            storage = [
+                r["param_storage_bytes"],
+                r["grad_storage_bytes"],
+                r["optimizer_storage_bytes"],
+            ]
+            if r["scheme"] != "fsdp2":
+                assert storage == [r["param_bytes"], r["grad_bytes"], r["optimizer_bytes"]], r
+                continue
+            formula = sharded.memory_formula(r["numel"], r["padded"], n, "fsdp2", r["fsdp_padded"])
+            assert storage[:2] == [formula["params"], formula["grads"]], (rank, r)
+            assert r["optimizer_storage_bytes"] == r["optimizer_bytes"], r
+            d = r["dtensor"]
+            assert d["local_storage_numel"] == -(-30 // n) * 10, d  # padded on every rank
+    fsdp = [next(r for r in rank_results if r["scheme"] == "fsdp2") for rank_results in per_rank]
+    assert sum(r["optimizer_storage_bytes"] for r in fsdp) == 8 * fsdp[0]["numel"]
+    assert fsdp[0]["fsdp_padded"] == sum(
+        sharded.fsdp_padded_numel(p.shape, n) for p in sharded.make_model().parameters()
+    )
+
+
+def test_fsdp_padding_rule() -> None:
+    assert sharded.fsdp_padded_numel((30, 10), 4) == 320  # 8, 8, 8, 6 rows: each stored as 8
+    assert sharded.fsdp_padded_numel((6, 30), 4) == 240  # 2, 2, 2, 0 rows
+    assert sharded.fsdp_padded_numel((30,), 2) == 30
+
+
 def test_collectives_per_phase(results) -> None:
     _, per_rank = results
     by_scheme = {r["scheme"]: r["collectives"] for r in per_rank[0]}

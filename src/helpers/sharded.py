@@ -10,7 +10,9 @@ size N and cut into N equal shards; rank r owns shard r. `ZeroAdamW` keeps AdamW
 the shards a rank owns (ZeRO stage 1); with `stage=2` a post-accumulate-grad hook reduce-scatters
 each gradient as soon as backward produces it and drops the full gradient (ZeRO stage 2). After
 the step every rank all-gathers the updated shards, so every rank holds the full parameters again.
-Memory is counted as the bytes of the tensors a rank holds, next to the ZeRO paper's formulas.
+Memory is counted two ways: the bytes of the tensors a rank holds (for FSDP2, the elements its
+DTensors' local pieces show) and the bytes of the storage behind them (distinct storages, so a view
+of a padded buffer counts the whole buffer once), next to the ZeRO paper's formulas.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "make_model",
     "batch",
     "padded_numel",
+    "fsdp_padded_numel",
     "ZeroAdamW",
     "memory_formula",
     "sharding_worker",
@@ -61,6 +64,16 @@ def padded_numel(numel: int, world_size: int) -> int:
     return math.ceil(numel / world_size) * world_size
 
 
+def fsdp_padded_numel(shape: tuple[int, ...] | torch.Size, world_size: int) -> int:
+    """Elements of a parameter after FSDP2's padding: dim 0 rounded up to a multiple of N.
+
+    FSDP2 cuts dim 0 into chunks of ceil(rows / N) (`_chunk_with_empty`) and stores every rank's
+    chunk in a buffer of the first chunk's size (`FSDPParam._init_sharded_param`).
+    """
+    rows = math.ceil(shape[0] / world_size) * world_size
+    return rows * math.prod(shape[1:])
+
+
 class ZeroAdamW:
     """AdamW over sharded state: ZeRO stage 1 (optimizer state) or 2 (and gradients).
 
@@ -89,7 +102,9 @@ class ZeroAdamW:
         flat[: p.numel()] = p.grad.reshape(-1)
         out = torch.empty_like(shard)
         dist.reduce_scatter_single(out, flat, op=dist.ReduceOp.SUM)
-        shard.grad = out / self.world_size
+        out /= self.world_size
+        # several backward passes before a step accumulate into the shard's gradient
+        shard.grad = out if shard.grad is None else shard.grad + out
         if self.stage == 2:
             p.grad = None  # stage 2 keeps only the shard
 
@@ -116,25 +131,42 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard on this rank
 
 
+def _storage_bytes(tensors: Any) -> int:
+    """Bytes of the distinct storages behind `tensors`: a view counts its whole buffer, once."""
+    storages = {}
+    for t in tensors:
+        if t is not None:
+            st = t.untyped_storage()
+            storages[st.data_ptr(), st.nbytes()] = st.nbytes()
+    return sum(storages.values())
+
+
 def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """exp_avg and exp_avg_sq (AdamW's per-element state); the scalar step counter is left out."""
     return _bytes(_local(v) for s in optimizer.state.values() for k, v in s.items() if k != "step")
 
 
-def memory_formula(numel: int, padded: int, world_size: int, scheme: str) -> dict[str, float]:
+def memory_formula(
+    numel: int, padded: int, world_size: int, scheme: str, fsdp_padded: int | None = None
+) -> dict[str, float]:
     """Bytes per rank for fp32 training with AdamW, after the ZeRO paper's accounting.
 
-    The paper (Rajbhandari et al., 2020, section 5) counts 2 bytes of fp16 parameters, 2 of
-    fp16 gradients and K = 12 of optimizer state (fp32 master copy, momentum, variance) per
-    parameter. Here everything is fp32: parameters 4, gradients 4; DDP's AdamW keeps 8 (exp_avg,
-    exp_avg_sq), ZeRO's keeps 12 per owned element (its fp32 shard copy plus the two moments).
+    The paper (Rajbhandari et al., 2020, section 3.1) counts mixed-precision Adam: fp16
+    parameters and gradients (2 + 2 bytes) and "an fp32 copy of the parameters, momentum and
+    variance" (K = 12). Here everything is fp32: parameters 4, gradients 4; DDP's AdamW keeps 8
+    (exp_avg, exp_avg_sq); ZeroAdamW keeps 12 per owned element, because it gives AdamW an fp32
+    copy of each shard to update (its own choice in fp32 training, not a master copy of fp16
+    weights). `padded`: ZeRO's flat padding (`padded_numel` per parameter). FSDP2's parameters
+    and gradients are stored padded per dim 0 (`fsdp_padded`, summed `fsdp_padded_numel`; default
+    `numel`), the same on every rank; its AdamW moments are not padded and differ between ranks,
+    so its optimizer entry is their mean over the ranks, 8 * numel / N.
     """
-    n, p = world_size, padded
+    n, p, q = world_size, padded, numel if fsdp_padded is None else fsdp_padded
     return {
         "ddp": {"params": 4 * numel, "grads": 4 * numel, "optimizer": 8 * numel},
         "zero1": {"params": 4 * numel, "grads": 4 * numel, "optimizer": 12 * p / n},
         "zero2": {"params": 4 * numel, "grads": 4 * p / n, "optimizer": 12 * p / n},
-        "fsdp2": {"params": 4 * numel / n, "grads": 4 * numel / n, "optimizer": 8 * numel / n},
+        "fsdp2": {"params": 4 * q / n, "grads": 4 * q / n, "optimizer": 8 * numel / n},
     }[scheme]
 
 
@@ -192,15 +224,24 @@ def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:
                 grads += [s.grad for s in optimizer.shards]
             out["param_bytes"] = _bytes(_local(p) for p in params)
             out["grad_bytes"] = _bytes(grads)
+            out["param_storage_bytes"] = _storage_bytes(_local(p) for p in params)
+            out["grad_storage_bytes"] = _storage_bytes(grads)
         with CommDebugMode() as comm:
             optimizer.step()
         counts["step"] = _counts(comm)
-        if step == 0:
+        if step == 0:  # gradients again: ZeRO-1's step() added the shard gradients
+            in_step = [_local(p.grad) if p.grad is not None else None for p in params]
+            if isinstance(optimizer, ZeroAdamW):
+                in_step += [s.grad for s in optimizer.shards]
+            out["grad_bytes_in_step"] = _bytes(in_step)
             out["collectives"] = counts
             inner = optimizer.optimizer if isinstance(optimizer, ZeroAdamW) else optimizer
             extra = _bytes(optimizer.shards) if isinstance(optimizer, ZeroAdamW) else 0
             out["moment_bytes"] = _state_bytes(inner)  # AdamW's exp_avg and exp_avg_sq only
             out["optimizer_bytes"] = out["moment_bytes"] + extra
+            state = [_local(v) for s in inner.state.values() for k, v in s.items() if k != "step"]
+            shards = optimizer.shards if isinstance(optimizer, ZeroAdamW) else []
+            out["optimizer_storage_bytes"] = _storage_bytes([*state, *shards])
             if scheme == "fsdp2":
                 w = model[0].weight
                 out["dtensor"] = {
@@ -208,6 +249,7 @@ def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:
                     "placements": str(w.placements),
                     "full_shape": tuple(w.shape),
                     "local_shape": tuple(w.to_local().shape),
+                    "local_storage_numel": w.to_local().untyped_storage().nbytes() // 4,
                 }
         optimizer.zero_grad()
     out["params"] = _flat_params(model)
@@ -216,11 +258,13 @@ def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:
 
 def sharding_worker(rank: int, world_size: int, schemes: list[str], steps: int = 3) -> list[dict]:
     """Train the same model under each scheme ("ddp", "zero1", "zero2", "fsdp2") in turn."""
-    sizes = [p.numel() for p in make_model().parameters()]
-    numel, padded = sum(sizes), sum(padded_numel(k, world_size) for k in sizes)
+    shapes = [p.shape for p in make_model().parameters()]
+    numel = sum(math.prod(s) for s in shapes)
+    padded = sum(padded_numel(math.prod(s), world_size) for s in shapes)
+    fsdp_padded = sum(fsdp_padded_numel(s, world_size) for s in shapes)
     results = []
     for scheme in schemes:
         r = _train(scheme, rank, steps)
-        r |= {"numel": numel, "padded": padded}
+        r |= {"numel": numel, "padded": padded, "fsdp_padded": fsdp_padded}
         results.append(r)
     return results

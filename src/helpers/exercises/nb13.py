@@ -92,8 +92,9 @@ def big_model_bytes(answer: Any) -> str:
     fits = [s for s in SCHEMES if truth[s] <= 80e9]
     return tr(
         (
-            "GB per rank {gb}: only {fits} fit in an 80 GB GPU before a single "
-            "activation; DDP needs 16 B x 7e9 = 112 GB on every rank."
+            "GB per rank {gb}: only {fits} fit their model states in an 80 GB GPU "
+            "(activations and the all-gather, reduce-scatter and bucket buffers not counted); "
+            "DDP needs 16 B x 7e9 = 112 GB on every rank."
         ),
         gb=gb,
         fits=fits,
