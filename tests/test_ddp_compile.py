@@ -18,6 +18,9 @@ def test_interval_union_and_overlap() -> None:
     assert ddp_compile.overlap_us([(0, 10)], [(2, 3), (5, 7), (9, 12)]) == 4
     assert ddp_compile.overlap_us([(0, 1)], [(2, 3)]) == 0
     assert ddp_compile.overlap_us([], [(0, 1)]) == 0
+    compute = "autograd::engine::evaluate_function: AddmmBackward0"
+    store = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    assert ddp_compile.is_gradient_compute(compute) and not ddp_compile.is_gradient_compute(store)
 
 
 def test_model_is_six_mib_and_not_skipped_by_dynamo() -> None:
@@ -31,19 +34,29 @@ def test_model_is_six_mib_and_not_skipped_by_dynamo() -> None:
 
 @pytest.fixture(scope="module")
 def compiled() -> list[list[dict]]:
-    settings = [{"bucket_cap_mb": 1}, {"bucket_cap_mb": None}]
+    settings = [
+        {"bucket_cap_mb": 1},
+        {"bucket_cap_mb": None},
+        {"bucket_cap_mb": 1, "model": "sequential"},
+    ]
     return launch(ddp_compile.compile_worker, 2, args=(settings,), timeout_s=300)
 
 
 def test_subgraphs_follow_bucket_cap(compiled) -> None:
     for rank, per_rank in enumerate(compiled):
-        got = [(r["subgraphs"], len(r["graphs"]), r["ddp_buckets"]) for r in per_rank]
+        got = [(r["subgraphs"], len(r["graphs"]), r["ddp_buckets"]) for r in per_rank[:2]]
         assert got == [(6, 6, 6), (2, 2, 2)], f"rank {rank}: (subgraphs, graphs, DDP buckets) {got}"
-        sizes = [r["split"]["bucket_bytes"] for r in per_rank]
+        sizes = [r["split"]["bucket_bytes"] for r in per_rank[:2]]
         assert sizes[0] == [2**20 + 2048] * 6, f"rank {rank}: cap 1 MiB bucket bytes {sizes[0]}"
         assert sizes[1][-1] == 2**20 + 2048, f"rank {rank}: default cap, first bucket {sizes[1]}"
         diffs = [r["grad_max_diff"] for r in per_rank]
         assert max(diffs) <= 1e-6, f"rank {rank}: compiled vs eager gradients differ by {diffs}"
+
+
+def test_an_nn_sequential_under_ddp_compiles_nothing(compiled) -> None:
+    for rank, per_rank in enumerate(compiled):
+        seq = per_rank[2]
+        assert seq["graphs"] == [] and seq["ddp_optimizer_calls"] == 0, f"rank {rank}: {seq}"
 
 
 def test_only_two_optimize_ddp_modes_are_acted_on() -> None:
@@ -51,6 +64,10 @@ def test_only_two_optimize_ddp_modes_are_acted_on() -> None:
     assert ddp_compile.optimize_ddp_mode_readers() == {
         "torch/_dynamo/convert_frame.py": ["ddp_optimizer"],
         "torch/nn/parallel/distributed.py": ["python_reducer"],
+    }
+    assert ddp_compile.optimize_ddp_mode_calls() == {
+        "torch/_dynamo/convert_frame.py": 1,
+        "torch/nn/parallel/distributed.py": 1,
     }
 
 
@@ -71,6 +88,7 @@ def test_allreduces_only_in_synced_backwards(profiled) -> None:
     _, results = profiled
     for rank, result in enumerate(results):
         assert result["warmup_buckets"] == [1, 3], f"rank {rank}: {result['warmup_buckets']}"
+        assert result["comm_hook"] is None, f"rank {rank}: profiled DDP has {result['comm_hook']}"
         stats = ddp_compile.analyze_profile(result)
         for phase, n in (("sync", 24), ("no_sync", 6)):
             s = stats[phase]

@@ -1,8 +1,10 @@
 """DDP under torch.compile (DDPOptimizer's graph split) and the profiler's view of overlap.
 
-Used by: notebook 14. Workers run under `helpers.launch` (gloo on CPU; NCCL with rank r on
-cuda:r when launch finds one GPU per rank: designed for, untested here). Compiles use
-backend="aot_eager" (no Inductor code generation). Workers return plain Python data, not tensors.
+Used by: notebook 14. Workers run under `helpers.launch` (gloo on CPU; with one GPU per rank
+launch picks NCCL and the workers put rank r on cuda:r, untested here). The profile analysis reads
+gloo's event names and CPU-side events only: on GPUs it would time launches, not the NCCL
+kernels. Compiles use backend="aot_eager" (no Inductor code generation). Workers return plain
+Python data, not tensors.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ __all__ = [
     "param_mib",
     "batch",
     "optimize_ddp_mode_readers",
+    "optimize_ddp_mode_calls",
     "compile_worker",
     "profile_worker",
     "is_allreduce",
     "interval_union",
     "overlap_us",
     "trace_names",
+    "is_gradient_compute",
     "analyze_profile",
     "timeline",
     "show_timeline",
@@ -45,8 +49,10 @@ WIDTH, DEPTH = 512, 6  # six 512x512 layers: 1 MiB of fp32 weights each, about 6
 class Net(nn.Module):
     """DEPTH Linear(WIDTH, WIDTH) layers with ReLU between them.
 
-    A model class of our own, not nn.Sequential: Dynamo skips frames whose code lives in torch/nn
-    (nn.Sequential.forward, DDP.forward; its MOD_SKIPLIST), asserted in notebook 14.
+    A model class of our own, not nn.Sequential: Dynamo never starts a frame whose code lives in
+    torch/nn (MOD_SKIPLIST), though it inlines such code called from a frame it traces
+    (MOD_INLINELIST). Under a compiled DDP, tracing stops at `_inside_ddp_forward`, and the model's
+    forward then starts a frame of its own: an nn.Sequential's is skipped, Net's compiled.
     """
 
     def __init__(self) -> None:
@@ -61,10 +67,17 @@ class Net(nn.Module):
         return x
 
 
-def make_model(seed: int = 0) -> Net:
-    """The same Net on every rank (seeded)."""
+def make_model(seed: int = 0, kind: str = "net") -> nn.Module:
+    """The same model on every rank (seeded): our Net, or (kind="sequential") the same layers
+    as an nn.Sequential."""
     torch.manual_seed(seed)
-    return Net()
+    net = Net()
+    if kind == "sequential":
+        layers: list[nn.Module] = []
+        for i, layer in enumerate(net.layers):
+            layers += [layer] if i == DEPTH - 1 else [layer, nn.ReLU()]
+        return nn.Sequential(*layers)
+    return net
 
 
 def param_mib(model: nn.Module) -> float:
@@ -123,6 +136,25 @@ def optimize_ddp_mode_readers() -> dict[str, list[str]]:
     return found
 
 
+def optimize_ddp_mode_calls() -> dict[str, int]:
+    """Every call of `get_optimize_ddp_mode(` under torch/ (its definition left out), per file.
+
+    If each call is one of the `==` comparisons `optimize_ddp_mode_readers` finds, nothing else
+    reads the mode (a `!=`, an `in (...)` or a stored result would show up here only).
+    """
+    import re
+
+    root = Path(torch.__file__).parent
+    call = re.compile(r"(?<!def )get_optimize_ddp_mode\(")
+    found: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        calls = len(call.findall(text))
+        if calls:
+            found[path.relative_to(root.parent).as_posix()] = calls
+    return found
+
+
 def _train_step(model: nn.Module, x: torch.Tensor) -> None:
     model(x).square().mean().backward()
 
@@ -140,7 +172,8 @@ def compile_worker(
 ) -> list[dict[str, Any]]:
     """Compile DDP(model) with each setting; report DDPOptimizer's split and DDP's buckets.
 
-    A setting is {"bucket_cap_mb": float, "optimize_ddp": bool | str, "compiled_autograd": bool}.
+    A setting is {"bucket_cap_mb": float, "optimize_ddp": bool | str, "compiled_autograd": bool,
+    "model": "net" | "sequential"} (the same layers as an nn.Sequential: section 2's skip rule).
     The backend counts the graphs it is handed (one per DDPOptimizer subgraph) and runs them with
     aot_eager; the gradients are compared with an uncompiled DDP model after `steps` steps.
     """
@@ -178,7 +211,7 @@ def compile_worker(
                 optimize_ddp=setting.get("optimize_ddp", True),
                 compiled_autograd=setting.get("compiled_autograd", False),
             ):
-                ddp = DDP(make_model().to(device), **kw)
+                ddp = DDP(make_model(kind=setting.get("model", "net")).to(device), **kw)
                 if setting.get("compiled_autograd", False):
                     # compiled autograd traces a backward that runs inside the compiled call
                     compiled = torch.compile(_train_step, backend=backend)
@@ -264,6 +297,15 @@ _KEEP = ("backward:", "autograd::engine::evaluate_function", "DistributedDataPar
 LAUNCH = "c10d::allreduce_"  # the dispatcher op: where the backward's thread starts an all-reduce
 
 
+def is_gradient_compute(name: str) -> bool:
+    """An autograd node that computes gradients: evaluate_function, AccumulateGrad left out.
+
+    AccumulateGrad only stores a parameter's gradient, and DDP's reducer hooks run inside it
+    (copy into the bucket, and the all-reduce launch when the bucket is full).
+    """
+    return name.startswith("autograd::engine::evaluate_function") and "AccumulateGrad" not in name
+
+
 def _events(prof: Any) -> list[dict[str, Any]]:
     """The events the analysis needs, as plain dicts (times in microseconds)."""
     return [
@@ -286,20 +328,20 @@ def profile_worker(
     from torch.profiler import ProfilerActivity, profile, record_function
 
     device = current_device()  # cuda:rank under NCCL (launch chose it), else the CPU
+    # no comm hook: the reducer runs its built-in C++ all-reduce, as plain DDP does
     ddp = DDP(make_model().to(device), bucket_cap_mb=2)
-    calls: list[int] = []
-    ddp.register_comm_hook(calls, _counting_allreduce)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    # Warm-up outside the profiler: DDP uses one bucket in the first iteration, then rebuilds.
-    warmup_buckets = []
-    for step in range(2):
-        calls.clear()
-        ddp(batch(rank, step).to(device)).square().mean().backward()
-        warmup_buckets.append(len(calls))
-    buckets = warmup_buckets[-1]
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
+    # Warm-up, each iteration profiled on its own to count its all-reduce launches (one per
+    # bucket): DDP uses one bucket in the first iteration, then rebuilds.
+    warmup_buckets = []
+    for step in range(2):
+        with profile(activities=activities) as warm:
+            ddp(batch(rank, step).to(device)).square().mean().backward()
+        warmup_buckets.append(sum(e.name == LAUNCH for e in warm.events()))
+    buckets = warmup_buckets[-1]
     with profile(activities=activities) as prof:
         for phase in ("sync", "no_sync"):
             for step in range(steps):
@@ -319,6 +361,7 @@ def profile_worker(
         "trace": str(path),
         "buckets": buckets,
         "warmup_buckets": warmup_buckets,
+        "comm_hook": ddp._get_ddp_logging_data().get("comm_hook"),  # None: the built-in one
         "accum": accum,
     }
 
@@ -326,11 +369,12 @@ def profile_worker(
 def analyze_profile(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per phase: all-reduce counts, where they start, and their overlap with backward compute.
 
-    "compute" is the union of the autograd engine's evaluate_function events (backward kernels);
-    "all-reduce" the union of the gloo/NCCL all-reduce events as the profiler records them.
+    "compute" is the union of the autograd engine's gradient-computing nodes (`evaluate_function`
+    events other than AccumulateGrad, inside which DDP's hooks launch the all-reduces);
+    "all-reduce" the union of gloo's all-reduce events as the profiler records them.
     "launched_early": per synced backward, how many all-reduces its thread started (`c10d::
-    allreduce_`) before the backward's last evaluate_function began, i.e. while backward still
-    had gradients to compute: an order on one thread, not a timing.
+    allreduce_`) before the backward's last gradient-computing node began, i.e. while backward
+    still had gradients to compute: an order on one thread, not a timing.
     """
     events, accum = result["events"], result["accum"]
     spans = [e for e in events if e["name"].startswith("backward:")]
@@ -344,7 +388,7 @@ def analyze_profile(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         compute = [
             (e["start"], e["end"])
             for e in events
-            if e["name"].startswith("autograd::engine") and lo <= e["start"] <= hi
+            if is_gradient_compute(e["name"]) and lo <= e["start"] <= hi
         ]
 
         def starts_in(e: dict[str, Any], group: list[dict[str, Any]]) -> bool:
@@ -352,7 +396,7 @@ def analyze_profile(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
         def launched_early(b: dict[str, Any]) -> int:
             inside = [e for e in events if b["start"] <= e["start"] <= b["end"]]
-            last = max(e["start"] for e in inside if e["name"].startswith("autograd::engine"))
+            last = max(e["start"] for e in inside if is_gradient_compute(e["name"]))
             return sum(e["name"] == LAUNCH and e["start"] < last for e in inside)
 
         comm_spans = [(e["start"], e["end"]) for e in comm]
@@ -386,7 +430,7 @@ def timeline(result: dict[str, Any], phase: str, step: int = 0) -> dict[str, lis
 
     return {
         "forward": bars(lambda e: e["name"] == "DistributedDataParallel.forward"),
-        "backward": bars(lambda e: e["name"].startswith("autograd::engine")),
+        "backward": bars(lambda e: is_gradient_compute(e["name"])),
         "all-reduce": bars(lambda e: is_allreduce(e["name"])),
     }
 
