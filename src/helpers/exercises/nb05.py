@@ -165,8 +165,8 @@ def ring_beats_naive(answer: Any) -> str:
         return tr(
             (
                 "about {truth:,.0f} bytes: (N-1)(α + nβ) = 2(N-1)α + 2(N-1)/N nβ gives n = αN "
-                "/ ((N-2)β); below it the ring's extra {extra_steps} message steps cost more "
-                "than the bytes it saves"
+                "/ ((N-2)β); below it the ring's {extra_steps} extra messages (latencies) cost "
+                "more than the bytes it saves"
             ),
             truth=truth,
             extra_steps=AB_WORLD - 1,
