@@ -73,8 +73,8 @@ def placements(answer: Any) -> str:
     return tr(
         (
             "{truth}: the LayerNorm works on a sequence chunk, so its gradient is "
-            "Partial (summed in the optimizer step); the bias sees the all-gathered "
-            "gradient and is replicated."
+            "Partial: each rank holds one term of a sum not yet taken; the bias sees the "
+            "all-gathered gradient and is replicated."
         ),
         truth=truth,
     )
