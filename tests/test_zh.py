@@ -471,3 +471,16 @@ def test_chinese_teaching_guide_follows_the_english_one() -> None:
     assert [x.replace("../../notebooks/zh/", "../notebooks/") for x in links] == en_links, links
     missing = [x for x in links if not (ROOT / "docs" / "zh" / x).resolve().exists()]
     assert not missing, f"docs/zh/teaching.md links to missing files: {missing}"
+
+
+def test_readme_zh_tested_on_line_is_generated_from_the_record() -> None:
+    """README.zh.md's 测试过的版本 line is `tools/zh.py`'s `readme_line` of the matrix record (the
+    English README's Tested on line, in Chinese: same date, versions and pass counts)."""
+    import json
+
+    record = json.loads(zh.COMPATIBILITY_RECORD.read_text())
+    lines = [x for x in zh.README_ZH.read_text().splitlines() if x.startswith(zh.TESTED_ON_ZH)]
+    assert lines == [zh.readme_line(record)], (
+        f"README.zh.md's {zh.TESTED_ON_ZH} line is stale or missing: run "
+        f"`python tools/zh.py compatibility` (found {lines})"
+    )

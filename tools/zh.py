@@ -564,14 +564,46 @@ def compatibility_page(record: dict) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+README_ZH = ROOT / "README.zh.md"
+TESTED_ON_ZH = "**测试过的版本**"  # how README.zh.md's generated line starts
+
+
+def readme_line(record: dict) -> str:
+    """README.zh.md's one generated line: tools/matrix.py's `readme_line`, in Chinese."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tools import matrix
+
+    parts = []
+    for version, v in record["versions"].items():
+        t = matrix.totals(v)
+        ok = t["notebooks"] - t["notebooks_failing"]
+        state = f"{ok}/{t['notebooks']} 个 notebook 通过"
+        if t["failed"]:
+            state += f"，{t['failed']} 个单元格或测试失败"
+        parts.append(f"torch {version}（{state}）")
+    runs = "；".join(parts) if parts else "没有矩阵运行记录"
+    return (
+        f"{TESTED_ON_ZH}（{record['date'] or '从未运行'}，`make test-matrix`，只比对断言）：{runs}；"
+        "固定版本 torch 2.13.0 由 `make test` 检查。逐个 notebook 的结果见 "
+        "[docs/zh/compatibility.md](docs/zh/compatibility.md)。"
+    )
+
+
 def write_compatibility(record: dict | None = None) -> Path:
-    """Write docs/zh/compatibility.md from `record` (default: docs/compatibility.json)."""
+    """Write docs/zh/compatibility.md from `record` (default: docs/compatibility.json), and
+    README.zh.md's line that starts with TESTED_ON_ZH."""
     import json
 
     if record is None:
         record = json.loads(COMPATIBILITY_RECORD.read_text())
     COMPATIBILITY_PAGE.parent.mkdir(parents=True, exist_ok=True)
     COMPATIBILITY_PAGE.write_text(compatibility_page(record))
+    lines = README_ZH.read_text().splitlines()
+    found = [i for i, line in enumerate(lines) if line.startswith(TESTED_ON_ZH)]
+    if found:
+        lines[found[0]] = readme_line(record)
+        README_ZH.write_text("\n".join(lines) + "\n")
     return COMPATIBILITY_PAGE
 
 
