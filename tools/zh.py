@@ -584,7 +584,8 @@ def readme_line(record: dict) -> str:
         parts.append(f"torch {version}（{state}）")
     runs = "；".join(parts) if parts else "没有矩阵运行记录"
     return (
-        f"{TESTED_ON_ZH}（{record['date'] or '从未运行'}，`make test-matrix`，只比对断言）：{runs}；"
+        f"{TESTED_ON_ZH}（{record['date'] or '从未运行'}，`make test-matrix`，只比对断言）："
+        f"{runs}；"
         "固定版本 torch 2.13.0 由 `make test` 检查。逐个 notebook 的结果见 "
         "[docs/zh/compatibility.md](docs/zh/compatibility.md)。"
     )
