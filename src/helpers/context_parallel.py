@@ -516,7 +516,7 @@ def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) 
     The context manager shards the buffers in place along S (`resize_`) on entry and restores
     them the same way on exit, so a buffer cannot require grad ("cannot resize variables that
     require grad"); for a backward case the attention runs on grad-requiring copies
-    (`detach().requires_grad_()`) of this rank's shards, made inside the context.
+    (`detach().clone().requires_grad_()`) of this rank's shards, made inside the context.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
@@ -530,7 +530,8 @@ def library_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) 
         try:
             with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
                 shard_shape = tuple(q.shape)
-                qs, ks, vs = (t.detach().requires_grad_(case["backward"]) for t in (q, k, v))
+                grad = case["backward"]
+                qs, ks, vs = (t.detach().clone().requires_grad_(grad) for t in (q, k, v))
                 out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=case["causal"])
                 expected = split_sequence(ref["out"], world_size, rank, "contiguous")
                 err = (out.detach() - expected).abs().max().item()

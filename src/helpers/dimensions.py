@@ -22,9 +22,10 @@ an all-gather's output (the gathered whole), a reduce-scatter's input (the whole
 scattering), a send's tensor, and for an all-to-all the rows that leave this rank. The per-rank
 bytes on the wire of a collective depend on the backend's algorithm; the table gives them for
 the ring algorithm (Playbook, appendix "Ring AllReduce": 2 (N - 1) K / N for an all-reduce of K
-bytes, half that for a reduce-scatter or an all-gather), and the data row also measures them:
-notebook 05's ring all-reduce counts what it sends (`count_p2p`). Point-to-point rows
-(pipeline, context, expert) are measured on the wire directly.
+bytes, half that for a reduce-scatter or an all-gather), and the data row also counts them:
+notebook 05's ring all-reduce counts the bytes of the tensors it posts to isend (`count_p2p`).
+Point-to-point rows (pipeline, context) count the tensors handed to send, the expert row the
+split sizes handed to the all-to-all times a row's bytes; gloo's own framing is in none of them.
 """
 
 from __future__ import annotations
@@ -264,8 +265,9 @@ def dimension_table(per_rank: list[dict]) -> list[dict[str, Any]]:
     Each row: strategy, shards, collectives ({kind: count}), message (measured bytes of rank 0's
     messages in one step), formula (what the Playbook's statement gives for this model),
     sent_per_rank (list over ranks: the ring formula of rank 0's measured messages for the
-    collectives, the same for every rank; measured on the wire for data; the bytes handed to send
-    and all-to-all, per rank), held (fraction of the parameters rank 0 holds),
+    collectives, the same for every rank; for data, the bytes notebook 05's ring posted to isend;
+    the bytes handed to send and all-to-all, per rank), held (fraction of the parameters rank 0
+    holds),
     matches (measured == formula, exactly).
     """
     n = len(per_rank)
