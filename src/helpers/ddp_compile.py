@@ -51,8 +51,9 @@ class Net(nn.Module):
 
     A model class of our own, not nn.Sequential: Dynamo never starts a frame whose code lives in
     torch/nn (MOD_SKIPLIST), though it inlines such code called from a frame it traces
-    (MOD_INLINELIST). Under a compiled DDP, tracing stops at `_inside_ddp_forward`, and the model's
-    forward then starts a frame of its own: an nn.Sequential's is skipped, Net's compiled.
+    (MOD_INLINELIST). Under a compiled DDP, tracing of DDP.forward breaks (at its C++ logger, then
+    at `_inside_ddp_forward`), and the model's forward then starts a frame of its own: an
+    nn.Sequential's is skipped, Net's compiled.
     """
 
     def __init__(self) -> None:
