@@ -248,11 +248,9 @@ def _fsdp_padded(world_size: int) -> int:
     """Elements FSDP2's collectives carry: each parameter's dim 0 padded to a multiple of N."""
     from helpers import sharded
 
-    total = 0
-    for p in sharded.make_model().parameters():
-        rows = math.ceil(p.shape[0] / world_size) * world_size
-        total += rows * (p.numel() // p.shape[0])
-    return total
+    return sum(
+        sharded.fsdp_padded_numel(p.shape, world_size) for p in sharded.make_model().parameters()
+    )
 
 
 def _bytes(ops: dict, kind: str) -> int:
