@@ -287,20 +287,25 @@ def loss_weight(shape: Sequence[int]) -> torch.Tensor:
 def ring_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:
     """Each case {causal, layout, shape}: this rank's out, lse, dq, dk, dv (lists) and work.
 
-    A case with values=False returns only {"work": ...} (for long, timed sequences).
+    A case with values=False (long, timed sequences) runs the forward only, without autograd, and
+    returns only {"work": ...}: with autograd every block's saved tensors stay alive, the heap
+    grows, and the page faults of new memory land in the rank's CPU time, unevenly across ranks.
     """
     results = []
     for case in cases:
         shape = case.get("shape", SHAPE)
         layout = case["layout"]
         full = make_qkv(shape)
+        if not case.get("values", True):  # timed cases: the forward's work counts only
+            q, k, v = (split_sequence(t, world_size, rank, layout) for t in full)
+            with torch.no_grad():
+                _, _, work = ring_attention(q, k, v, case["causal"], layout)
+            results.append({"work": work})
+            continue
         q, k, v = (split_sequence(t, world_size, rank, layout).requires_grad_() for t in full)
         out, lse, work = ring_attention(q, k, v, case["causal"], layout, tie=case.get("tie", True))
         weight = split_sequence(loss_weight(shape), world_size, rank, layout)
         (out * weight).sum().backward()
-        if not case.get("values", True):  # timed cases: the work counts only
-            results.append({"work": work})
-            continue
         results.append(
             {
                 "out": out.detach().tolist(),
