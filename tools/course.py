@@ -215,7 +215,7 @@ def builds_on(course: Course, lang: str) -> str:
             "Each notebook builds only on lower-numbered ones, those its **Prerequisites** line "
             f"names: {body}."
         )
-    body = "；".join(f"{nn(n)} 建立在 {numbers(req, 'zh')} 之上" for n, req in items)
+    body = "；".join(f"{nn(n)} 需要 {numbers(req, 'zh')}" for n, req in items)
     lead = "每个 notebook 只建立在编号更小的 notebook 之上，也就是它开头“前置知识”一行列出的那些"
     return f"{lead}：{body}。"
 
