@@ -387,6 +387,21 @@ def _one_line(message: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def results_table(
+    versions: dict, first: str, kind: str, rows: list[str], missing: str = "not run"
+) -> list[str]:
+    """passed / failed of each row (a notebook or a unit-test file) per version, as Markdown
+    lines; names, not links: a notebook of the record may have no page in one edition (yet).
+    The Chinese page (tools/zh.py compatibility_page) uses it with its own words."""
+    lines = [f"| {first} | " + " | ".join(f"torch {v}" for v in versions) + " |"]
+    lines.append("|---|" + "---|" * len(versions))
+    for name in rows:
+        counts = [v[kind].get(name) for v in versions.values()]
+        cells = [f"{g['passed']} / {g['failed']}" if g else missing for g in counts]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown_page(record: dict) -> str:
     """docs/compatibility.md: a page of the book, generated from the record."""
     versions = record["versions"]
@@ -419,22 +434,11 @@ def markdown_page(record: dict) -> str:
         )
     out += ["", "## Per notebook", "", "Cells passed / failed under `--nbval-lax`.", ""]
 
-    def table(first: str, kind: str, rows: list[str]) -> list[str]:
-        """passed / failed of each row (a notebook or a unit-test file) per version; names, not
-        links: a notebook of the record may have no page in one edition (yet)"""
-        lines = [f"| {first} | " + " | ".join(f"torch {v}" for v in versions) + " |"]
-        lines.append("|---|" + "---|" * len(versions))
-        for name in rows:
-            counts = [v[kind].get(name) for v in versions.values()]
-            cells = [f"{g['passed']} / {g['failed']}" if g else "not run" for g in counts]
-            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-        return lines
-
-    out += table("notebook", "notebooks", names)
+    out += results_table(versions, "notebook", "notebooks", names)
     units = sorted({n for v in versions.values() for n in v["unit"]})
     if units:
         out += ["", "Unit tests passed / failed:", ""]
-        out += table("file", "unit", units)
+        out += results_table(versions, "file", "unit", units)
     out += ["", "## Failures", ""]
     any_failure = False
     for version, v in versions.items():

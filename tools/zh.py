@@ -525,20 +525,11 @@ def compatibility_page(record: dict) -> str:
         )
     out += ["", "## 逐个 notebook", "", "`--nbval-lax` 下通过 / 失败的单元格数。", ""]
 
-    def table(first: str, kind: str, rows: list[str]) -> list[str]:
-        lines = [f"| {first} | " + " | ".join(f"torch {v}" for v in versions) + " |"]
-        lines.append("|---|" + "---|" * len(versions))
-        for name in rows:
-            counts = [v[kind].get(name) for v in versions.values()]
-            cells = [f"{g['passed']} / {g['failed']}" if g else "未运行" for g in counts]
-            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
-        return lines
-
-    out += table("notebook", "notebooks", names)
+    out += matrix.results_table(versions, "notebook", "notebooks", names, missing="未运行")
     unit_files = sorted({n for v in versions.values() for n in v["unit"]})
     if unit_files:
         out += ["", "单元测试通过 / 失败的数目：", ""]
-        out += table("文件", "unit", unit_files)
+        out += matrix.results_table(versions, "文件", "unit", unit_files, missing="未运行")
     out += ["", "## 失败", ""]
     any_failure = False
     for version, v in versions.items():
