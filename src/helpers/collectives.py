@@ -151,6 +151,8 @@ def collectives_worker(rank: int, world_size: int) -> dict[str, list]:
     t = torch.tensor([float(rank + 1)] * 2, device=dev)
     dist.reduce(t, dst=0, op=dist.ReduceOp.SUM)
     out["reduce"] = t.tolist() if rank == 0 else None  # the docs promise a result on dst only
+    dist.broadcast(t, src=0)  # then rank 0's result to everyone: reduce + broadcast
+    out["reduce_bcast"] = t.tolist()
 
     t = torch.tensor([float(rank + 1)] * 2, device=dev)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
