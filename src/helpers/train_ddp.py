@@ -24,7 +24,7 @@ What it does, in the order a reader meets it in `main`:
   `--freeze-layers`: train only the classifier head (the frozen BatchNorm layers stay in eval
   mode, so their running statistics do not change either);
 - SGD with momentum; the learning rate follows a cosine from --lr (first epoch) to
-  --lr * --lrf (last epoch); `--scale-lr` multiplies --lr by the world size;
+  --lr * --lrf (last epoch); `--scale-lr` multiplies --lr by the world size (no warm-up);
 - rank 0 alone prints: a progress bar per epoch, one line per epoch (loss, accuracy, lr) and
   a final summary; the exit code is 0 only when every epoch ran;
 - after every epoch rank 0 writes `<out-dir>/last.pt` atomically (temp file + os.replace):
@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scale-lr",
         action="store_true",
-        help="multiply --lr by the world size (linear scaling rule, Goyal et al. 2017); a "
-        "resume under another world size rescales the saved optimizer's lr to match",
+        help="multiply --lr by the world size (Goyal et al. 2017's linear scaling rule, without "
+        "their warm-up); a resume under another world size rescales the saved optimizer's lr",
     )
     p.add_argument(
         "--syncBN",
