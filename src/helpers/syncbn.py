@@ -456,8 +456,11 @@ def native_cpu_probe(rank: int, world_size: int) -> dict:
 
     Returns the error type and message (None: no error) of a training forward and of wrapping
     in DDP, whether eval mode gives the same output as BatchNorm2d (no sync in eval), and what
-    gloo does with `dist.all_gather_single` into a flat (W * n,) output and into the
-    (1, W * n) output that nn.SyncBatchNorm's non-gloo branch allocates.
+    gloo does with `dist.all_gather_single` into a flat (W * n,) output (and the values it
+    gathered there, `gloo_gather_flat_values`: rank r sends r + 1), into the (1, W * n) output
+    that nn.SyncBatchNorm's non-gloo branch allocates, and into a (W, n) one. The DDP wrap and
+    the gathers run on a gloo group of their own, so the probe asks gloo on CPU tensors even
+    where `launch` picked NCCL for the default group (two GPUs).
     """
     import warnings
 
@@ -466,12 +469,21 @@ def native_cpu_probe(rank: int, world_size: int) -> dict:
     out: dict[str, Any] = {}
     x = torch.randn(4, 3, 2, 2)
     native = nn.SyncBatchNorm(3)
-    mine = torch.full((3,), float(rank))  # (n,), n = 3
+    gloo = dist.new_group(backend="gloo")  # every rank creates it
+    mine = torch.full((3,), float(rank + 1))  # (n,), n = 3
+    flat = torch.full((world_size * 3,), -7.0)  # (W n,): -7 marks a slot nobody wrote
     calls = [
         ("train_forward", lambda: native(x)),
-        ("ddp_wrap", lambda: DDP(native)),
-        ("gloo_gather_flat", lambda: dist.all_gather_single(torch.empty(world_size * 3), mine)),
-        ("gloo_gather_1xN", lambda: dist.all_gather_single(torch.empty(1, world_size * 3), mine)),
+        ("ddp_wrap", lambda: DDP(native, process_group=gloo)),
+        ("gloo_gather_flat", lambda: dist.all_gather_single(flat, mine, group=gloo)),
+        (
+            "gloo_gather_1xN",
+            lambda: dist.all_gather_single(torch.empty(1, world_size * 3), mine, group=gloo),
+        ),
+        (
+            "gloo_gather_Wxn",
+            lambda: dist.all_gather_single(torch.empty(world_size, 3), mine, group=gloo),
+        ),
     ]
     for key, call in calls:
         try:
@@ -481,6 +493,7 @@ def native_cpu_probe(rank: int, world_size: int) -> dict:
             out[key] = None
         except Exception as err:  # noqa: BLE001 - the message is the result
             out[key] = f"{type(err).__name__}: {err}"
+    out["gloo_gather_flat_values"] = flat.tolist()
     bn = nn.BatchNorm2d(3).eval()
     out["eval_equal"] = bool(torch.equal(native.eval()(x), bn(x)))
     return out
