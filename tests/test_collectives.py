@@ -74,6 +74,7 @@ def test_collectives_worker_results_and_identities() -> None:
     res = launch(collectives_worker, 3)
     assert [r["broadcast"] for r in res] == [[1.0, 1.0]] * 3
     assert res[0]["reduce"] == [6.0, 6.0] and res[1]["reduce"] is None
+    assert all(r["reduce_bcast"] == r["all_reduce"] for r in res)
     assert all(r["all_reduce"] == [6.0, 6.0] and r["all_gather"] == [1.0, 2.0, 3.0] for r in res)
     column_sums = [sum(10 * k + i for k in range(3)) for i in range(3)]  # [30, 33, 36]
     assert [r["reduce_scatter"] for r in res] == [[s] for s in column_sums]

@@ -309,8 +309,11 @@ def file_view(
     )
 
 
-def header_view(relpath: str, pattern: str, before: int = 2, after: int = 6) -> SourceView:
-    """Lines around the first match of `pattern` in a C++ header shipped inside the torch wheel.
+def header_view(
+    relpath: str, pattern: str, before: int = 2, after: int = 6, until: str | None = None
+) -> SourceView:
+    """Lines around the first match of `pattern` in a C++ header shipped inside the torch wheel,
+    down to the first line after it matching `until` when given (as `file_view`).
 
     `relpath` is the path in the PyTorch repository (`torch/csrc/...`); the wheel keeps the same
     file under `torch/include/`, so the permalink points at the lines shown.
@@ -321,7 +324,7 @@ def header_view(relpath: str, pattern: str, before: int = 2, after: int = 6) -> 
     path = include / relpath
     if not path.is_file():
         raise _missing(path, relpath, f"header_view (torch {torch.__version__} wheel)", include)
-    return file_view(path, relpath, "torch", pattern, before=before, after=after)
+    return file_view(path, relpath, "torch", pattern, before=before, after=after, until=until)
 
 
 def _missing(path: Path, relpath: str, who: str, root: Path | None = None) -> SourceFileMissing:
