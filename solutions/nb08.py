@@ -47,5 +47,11 @@ WRONG = {
     ],
     "08.2": [(8, "world size"), (1, "sum"), (2, "mean over ranks")],
     "08.3": [(11, "above 1.0"), (9, "still keeps"), (2.5, "whole number")],
-    "08.4": [(65536, "init_scale"), (2, "rounds to 0"), (3, "powers of two"), (8, "smaller")],
+    "08.4": [
+        (65536, "init_scale"),
+        (2, "rounds to 0"),
+        (3, "powers of two"),
+        (8, "smaller"),
+        (8192, "subnormals"),
+    ],
 }

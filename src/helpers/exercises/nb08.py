@@ -264,6 +264,21 @@ def smallest_scale(answer: Any) -> str:
                 tiny=tiny,
             )
         )
+    normal = torch.finfo(torch.float16).smallest_normal  # = finfo.tiny, 2**-14
+    if TINY_GRAD * s >= normal > TINY_GRAD * s / 2:
+        raise Hint(
+            tr(
+                (
+                    "{s} is the smallest scale that lifts {tiny_grad:g} to fp16's smallest normal "
+                    "value ({normal:.3g}, finfo.tiny); below it fp16 has subnormals down to "
+                    "{tiny:.3g} = 2**-24, so a much smaller power of two already keeps it above 0"
+                ),
+                s=s,
+                tiny_grad=TINY_GRAD,
+                normal=normal,
+                tiny=tiny,
+            )
+        )
     if s > truth:
         raise Hint(
             tr(
