@@ -35,6 +35,7 @@ __all__ = [
     "first_iteration_bucket_limits",
     "first_iteration_one_bucket",
     "initial_buckets_worker",
+    "rebuild_worker",
     "make_bn_net",
     "make_mlp",
     "make_wide_mlp",
@@ -79,12 +80,16 @@ def first_iteration_bucket_limits(
 
     Computed by the installed `torch.nn.parallel.distributed._BucketCapacityConfig` (`create`,
     then `compute_bucket_size_limits`), exactly as `DDP._ddp_init_helper` calls it. On 2.13.0,
-    2.14.1 and 2.15.0 the result is `[sys.maxsize]` (one bucket, whatever the model's size)
-    unless `bucket_cap_mb_list` is given (its limits), or `find_unused_parameters=True` with
+    2.14.1 and 2.15.0 the result is `[sys.maxsize]` (no size limit: one bucket per dtype and
+    device, which the assignment never mixes, and one per sparse-gradient parameter) unless
+    `bucket_cap_mb_list` is given (its limits), or `find_unused_parameters=True` with
     `static_graph=False`: `[1 MiB, 25 MiB]` without `bucket_cap_mb`, `[bucket_cap_mb]` with it.
-    After the first iteration the Reducer rebuilds the buckets in gradient-ready order (first
-    bucket 1 MiB, or `bucket_cap_mb` when given; then `bucket_cap_mb`, default 25 MiB). Raises
-    AssertionError naming what is missing if the installed DDP no longer has this class.
+    The Reducer rebuilds the buckets once, in gradient-ready order (first bucket 1 MiB, or
+    `bucket_cap_mb` when given; then `bucket_cap_mb`, default 25 MiB): after the first
+    iteration, one iteration later with `static_graph=True`, and never with
+    `find_unused_parameters=True` without `static_graph` (`Reducer::should_rebuild_buckets`;
+    measured by `rebuild_worker`). Raises AssertionError naming what is missing if the
+    installed DDP no longer has this class.
     """
     import torch.nn.parallel.distributed as ddp_module
 
@@ -105,10 +110,11 @@ def first_iteration_bucket_limits(
 
 
 def first_iteration_one_bucket(**options: Any) -> bool:
-    """Whether DDP's first iteration puts every parameter in one bucket for these options.
+    """Whether DDP's first iteration has no bucket size limit for these options.
 
-    True when `first_iteration_bucket_limits(**options)` is `[sys.maxsize]`: no size limit,
-    so the first backward all-reduces all gradients in one bucket however large the model.
+    True when `first_iteration_bucket_limits(**options)` is `[sys.maxsize]`: the first backward
+    then all-reduces the gradients of each dtype and device in one bucket however large the
+    model, so one bucket for a dense model of one dtype on one device (the notebooks' models).
     """
     return first_iteration_bucket_limits(**options) == [sys.maxsize]
 
@@ -124,6 +130,33 @@ def initial_buckets_worker(rank: int, world_size: int, options: list[dict]) -> l
         ddp = wrap_ddp(make_wide_mlp(seed=0), **kwargs)
         counts.append(len(ddp._get_ddp_logging_data()["bucket_sizes"].split(", ")))
     return counts
+
+
+def rebuild_worker(
+    rank: int, world_size: int, options: list[dict], steps: int = 4
+) -> list[dict[str, Any]]:
+    """When the Reducer rebuilds its buckets, per DDP option dict: the measured side of the
+    C++ rule `Reducer::should_rebuild_buckets` (reducer.hpp, shipped in the wheel).
+
+    `make_wide_mlp` (about 1.5 MiB) is wrapped with each option and trained `steps` steps with
+    `count_allreduce_hook` registered; per option: the bucket sizes in bytes at construction
+    (the logging data's `bucket_sizes`) and, per step, the byte size of each bucket the hook
+    was handed, in the order it was handed them.
+    """
+    out = []
+    for kwargs in options:
+        ddp = wrap_ddp(make_wide_mlp(seed=0), **kwargs)
+        initial = [int(s) for s in ddp._get_ddp_logging_data()["bucket_sizes"].split(", ")]
+        counter = attach_counter(ddp)
+        for step in range(steps):
+            counter.step = step
+            x = _rank_batch(rank, 4, 256, seed=step).to(current_device())  # (4, 256)
+            ddp(x).square().mean().backward()
+        per_step = [
+            [c["numel"] * 4 for c in counter.calls if c["step"] == step] for step in range(steps)
+        ]  # float32: 4 bytes per element
+        out.append({"initial": initial, "per_step": per_step})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
