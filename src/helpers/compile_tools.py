@@ -7,7 +7,8 @@ every tensor here is created on the CPU, so a GPU on the machine is simply not u
 - `capture_bytecode()` records the original and the transformed code object of every frame
   Dynamo converts, through Dynamo's own hook (`convert_frame.register_bytecode_hook`);
   `dis_text` prints either one without offsets, line numbers, uuids or Dynamo's name counters
-  (`mask_unique_ids`).
+  (`mask_unique_ids`); `pregraph_call_order` lists, in bytecode order, where the transformed
+  code calls the two "Pregraph bytecode" profiler markers and its graph (notebooks 01 and 02).
 - `capture_compile_logs(guards=True, ...)` turns on `torch._logging` artifacts, takes their
   records in-process instead of letting them reach stderr, and returns them sanitized (no
   timestamps, pids, cell file names, object ids, addresses, latencies).
@@ -40,6 +41,8 @@ __all__ = [
     "capture_bytecode",
     "dis_text",
     "mask_unique_ids",
+    "pregraph_call_order",
+    "pregraph_markers_gated",
     "CompileLog",
     "capture_compile_logs",
     "sanitize_log",
@@ -124,6 +127,46 @@ def dis_text(code: types.CodeType, *, width: int = 22) -> str:
         arg = mask_unique_ids(ins.argrepr)
         lines.append(f"{ins.opname:<{width - 1}} {arg}".rstrip())
     return "\n".join(lines)
+
+
+PREGRAPH_MARKERS = ("record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit")
+
+
+def pregraph_markers_gated() -> bool:
+    """Whether the installed codegen makes the transformed code test the profiler flag itself.
+
+    True where `torch._dynamo.codegen` has the template that wraps each marker call in
+    `if torch.autograd.profiler._is_profiler_enabled:` (2.15), False where the markers are called
+    on every run (2.13, 2.14). Notebooks 01 and 02 both ask this one function.
+    """
+    import torch._dynamo.codegen
+
+    return hasattr(torch._dynamo.codegen, "_pregraph_marker_enter_template")
+
+
+def pregraph_call_order(code: types.CodeType) -> list[str]:
+    """Where Dynamo's transformed `code` loads the profiler markers and calls its graph.
+
+    Returns the names in `PREGRAPH_MARKERS` in the order the code loads them, with `"graph"`
+    at the place of the graph call: the last `CALL` before the code first stores a
+    `graph_out_*` local (the name `codegen` gives the graph's result). On 2.13 and 2.14 the
+    markers are called unconditionally; on 2.15 each call sits behind a test of the profiler
+    flag, but the order of the loads is still the order of the calls. A code object with no
+    `graph_out_*` store gives no `"graph"` entry.
+    """
+    events: list[tuple[int, str]] = []
+    last_call = graph_call = None
+    for i, ins in enumerate(dis.get_instructions(code)):
+        if ins.argval in PREGRAPH_MARKERS:
+            events.append((i, ins.argval))
+        elif ins.opname == "CALL":
+            last_call = i
+        elif ins.opname == "STORE_FAST" and str(ins.argval).startswith("graph_out_"):
+            if graph_call is None and last_call is not None:
+                graph_call = last_call
+    if graph_call is not None:
+        events.append((graph_call, "graph"))
+    return [name for _, name in sorted(events)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,8 +302,11 @@ class AotGraphs:
     holds the Dynamo graphs, `.forward` and `.backward` the ATen graphs AOTAutograd produced.
     AOTAutograd usually hands the backward graph over lazily, at the first `.backward()` (see
     "Backward graph lazy lowering" in torch/_functorch/_aot_autograd/runtime_wrappers.py).
-    The graphs then run as they are (boxed). With the default `partition_fn` this is what the
-    `aot_eager_default_partitioner` backend does; `aot_eager` itself uses the min-cut one.
+    The graphs then run as they are (boxed). With the default `partition_fn` this is, for a
+    step without input mutations, what the `aot_eager_default_partitioner` backend does;
+    `aot_eager` itself uses the min-cut one. `.input_types["forward"]` and `["backward"]` hold,
+    per graph, the class name of each example input a compiler was handed (AOTAutograd traces
+    with fake tensors: "FakeTensor").
     """
 
     def __init__(
@@ -271,12 +317,14 @@ class AotGraphs:
         self.dynamo: list[Any] = []
         self.forward: list[Any] = []
         self.backward: list[Any] = []
+        self.input_types: dict[str, list[list[str]]] = {"forward": [], "backward": []}
 
-    def _keep(self, where: list[Any]) -> Callable:
+    def _keep(self, where: list[Any], kind: str) -> Callable:
         from torch._functorch.aot_autograd import make_boxed_func
 
         def compiler(gm: Any, example_inputs: Sequence[Any]) -> Callable:
             where.append(gm)
+            self.input_types[kind].append([type(x).__name__ for x in example_inputs])
             return make_boxed_func(gm.forward)
 
         return compiler
@@ -289,8 +337,8 @@ class AotGraphs:
         return aot_module_simplified(
             gm,
             example_inputs,
-            fw_compiler=self._keep(self.forward),
-            bw_compiler=self._keep(self.backward),
+            fw_compiler=self._keep(self.forward, "forward"),
+            bw_compiler=self._keep(self.backward, "backward"),
             decompositions=self.decompositions,
             **extra,
         )

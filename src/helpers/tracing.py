@@ -497,10 +497,13 @@ class RecordingBackend:
         self.inner = inner
         self.graphs: list[Any] = []  # torch.fx.GraphModule, one per backend call
         self.inputs: list[list[str]] = []  # per call: "float32[8]"-style descriptions
+        # per call: the class name of each example input ("Tensor", "FakeTensor", "SymInt")
+        self.input_types: list[list[str]] = []
 
     def __call__(self, gm: Any, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         self.graphs.append(gm)
         self.inputs.append([_describe_input(x) for x in example_inputs])
+        self.input_types.append([type(x).__name__ for x in example_inputs])
         if self.inner is None:
             return gm.forward
         inner = self.inner
@@ -517,6 +520,7 @@ class RecordingBackend:
         """Forget the graphs received so far."""
         self.graphs.clear()
         self.inputs.clear()
+        self.input_types.clear()
 
     def op_counts(self, i: int = -1) -> dict[str, int]:
         """`helpers.compile_tools.graph_ops` of graph `i`, in graph order, with readable names.
