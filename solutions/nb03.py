@@ -23,8 +23,9 @@ SOLUTION_03_2 = {"aten.sigmoid.default", "aten.mul.Tensor"}
 # Inductor's own decompositions, minus decomps_to_exclude (section 2's excerpt). Test each:
 #     table = select_decomp_table()
 #     {n for n in candidates if getattr(aten, n).default not in table}
-# mse_loss and silu are not core and are decomposed. gelu is core, yet Inductor's own table
-# rewrites it too. glu and clamp_min have core decompositions, but the exclusion list removes
+# mse_loss and silu are not core and have entries. gelu is core, yet Inductor's own table has
+# an entry for it too (an entry may also decline for some inputs, which `op in table` cannot
+# see). glu and clamp_min have core decompositions, but the exclusion list removes
 # them: Inductor lowers them itself. sigmoid is core with no decomposition: lowered directly.
 SOLUTION_03_3 = {"glu", "sigmoid", "clamp_min"}
 

@@ -172,8 +172,9 @@ def inductor_route(answer: Any) -> str:
         return tr(
             (
                 "{sorted_truth} reach GraphLowering as they are (no entry in "
-                "select_decomp_table(), an entry in lowerings); the others are rewritten "
-                "first, core or not (core here: {sorted_core})"
+                "select_decomp_table(), an entry in lowerings); the others have an entry, so "
+                "they may be rewritten first (an entry can also decline and leave the op to its "
+                "lowering), core or not (core here: {sorted_core})"
             ),
             sorted_truth=sorted(truth),
             sorted_core=sorted(core),
