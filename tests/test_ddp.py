@@ -30,6 +30,7 @@ from helpers.ddp import (
     max_stable_lr,
     no_sync_worker,
     pitfall_worker,
+    rebuild_worker,
     sampler_shards,
     unused_params_worker,
 )
@@ -209,6 +210,19 @@ def test_buckets_rebuilt_after_first_step(ddp06: list[dict]) -> None:
     assert [len(s["buckets"]) for s in big["steps"]] == [1, 1]
     assert default["first_bucket_bytes_cap"] == 2**20 < big["first_bucket_bytes_cap"]
     assert ddp06[1]["bucket_worker"]["default"]["steps"] == default["steps"]  # same on all ranks
+
+
+def test_rebuild_worker_when_buckets_are_rebuilt() -> None:
+    """The Reducer's rebuild rule, measured: after step 0 by default, one step later with
+    static_graph, never with find_unused_parameters alone (reducer.hpp should_rebuild_buckets)."""
+    options = [{}, {"static_graph": True}, {"find_unused_parameters": True}]
+    res = launch(rebuild_worker, 2, args=(options, 3))
+    default, static, unused = res[0]
+    assert default["per_step"][0] != default["per_step"][1] == default["per_step"][2]
+    assert static["per_step"][0] == static["per_step"][1] != static["per_step"][2]
+    assert unused["per_step"][0] == unused["per_step"][1] == unused["per_step"][2]
+    assert len(default["per_step"][0]) == 1 and len(default["per_step"][1]) > 1
+    assert res[1] == res[0]  # every rank buckets alike
 
 
 def test_buffer_sync_rule_shared_by_06_and_07() -> None:
