@@ -1,0 +1,426 @@
+"""A device dry run: a worker's GPU code path (NCCL, `cuda:<rank>`), checked on a CPU machine.
+
+Used by: tests/test_dryrun.py (every worker a GPU-designed notebook hands to `launch`) and
+tools/gpu_check.py. CPU only: on a machine with CUDA, run the worker on the GPUs instead.
+
+    verdict = dry_run(fn, world_size, args)   # fn(rank, world_size, *args), the same worker code
+    verdict.kind      # "device-checked", "checked up to" or "fails"
+    verdict.text      # the line of the verdict table: "fails: aten.addmm tensors on cpu and ..."
+
+How it works (each piece measured on torch 2.13.0+cpu):
+- The ranks are real processes under `helpers.launch.launch` with gloo, so collectives carry
+  real values and every value-dependent step (`.item()`, `.tolist()`, asserts on values) runs:
+  nothing is faked, nothing is skipped. Inside each rank `helpers.launch._device` is set to
+  `cuda:<rank>`, what the launcher sets under NCCL, so the worker takes its GPU branch.
+- A tensor "on the GPU" is a wrapper subclass (like DTensor) around a CPU tensor, carrying its
+  logical device `cuda:<k>`. Python sees `t.device == cuda:<k>`; C++ (autograd, DDP's Reducer)
+  sees PrivateUse1 device 0, registered as the Python backend "dryrun"
+  (`torch.utils.backend_registration._setup_privateuseone_for_python_backend`): a fake CUDA
+  device would abort the process in autograd ("not linked with support for cuda devices"),
+  and that backend's device guard counts one device, so the rank's index lives in the wrapper.
+- A TorchDispatchMode sees every ATen op (factories with `device="cuda"` included) and every
+  c10d op, from Python or from C++ (DDP's Reducer and its broadcasts go through the dispatcher
+  too), and enforces what CUDA and NCCL would: the tensors of one op share one device (CPU
+  0-dim tensors and index tensors allowed, as CUDA allows them; copies may cross devices), every
+  CUDA tensor is on the rank's own device, and a collective gets only CUDA tensors of the rank.
+  A breach raises `DeviceCheckError` naming the op, the devices and the worker's line.
+
+What it cannot see (say so where a verdict depends on it):
+- CUDA's own kernels and libraries: a kernel missing for a dtype on CUDA, cuBLAS/cuDNN/NCCL
+  numerics, streams, events, memory, timing; `torch.cuda.*` runtime queries are answered for a
+  machine with one GPU per rank (`device_count`, `current_device`, `set_device`, `is_available`,
+  `synchronize`, `get_device_capability` as sm90), anything else of `torch.cuda` fails as on a CPU build and stops the run.
+- Code that asks the backend's name: `dist.get_backend()` says "gloo", so a branch on "nccl"
+  (object collectives' staging device among them) takes its gloo path.
+- torch.compile and other tracers over the wrapper tensors: a stop, reported as such.
+A stop ("checked up to <function>: <why>") is not a failure of the worker: the device rules were
+checked up to that call, and nothing after it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["dry_run", "Verdict", "DeviceCheckError", "verdict_of_result"]
+
+BACKEND = "dryrun"  # the PrivateUse1 name C++ sees
+_MARK = "dry run:"  # every DeviceCheckError message starts with it (it survives C++ re-raises)
+_STOP = "DryRunStop"
+_HERE = Path(__file__).resolve()
+_TORCH = Path(torch.__file__).resolve().parent
+
+
+class DeviceCheckError(RuntimeError):
+    """A device rule of CUDA or NCCL broken: the op, the devices, the rank."""
+
+
+class DryRunStop(RuntimeError):
+    """Raised by a rank to end the launch at once; its message is the rank's verdict as JSON."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the dry run proved about one worker."""
+
+    kind: str  # "device-checked" | "checked up to" | "fails"
+    what: str = ""  # the op and message (fails) or the function and reason (checked up to)
+    detail: str = ""  # rank, file:line and the full message, for a human
+
+    @property
+    def text(self) -> str:
+        """The line of the verdict table."""
+        if self.kind == "device-checked":
+            return self.kind
+        return f"fails: {self.what}" if self.kind == "fails" else f"checked up to {self.what}"
+
+
+# --- the device -----------------------------------------------------------------------------
+
+_installed = False
+_active: DeviceRules | None = None  # the rules of this rank, while a worker runs
+
+
+def _install() -> None:
+    """Register the PrivateUse1 Python backend and answer torch.cuda's queries (once)."""
+    global _installed
+    if _installed:
+        return
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    _setup_privateuseone_for_python_backend(BACKEND)
+    _installed = True
+
+
+def _answer_cuda_queries(rank: int, world_size: int) -> None:
+    """torch.cuda as on a machine with one GPU per rank (the queries the docstring lists)."""
+    state = {"device": rank}
+    cuda = torch.cuda
+    cuda._initialized = True  # factories with device="cuda" skip the lazy CUDA init
+    cuda.is_available = lambda: True
+    cuda.device_count = lambda: world_size
+    cuda.current_device = lambda: state["device"]
+
+    def set_device(device: Any) -> None:
+        state["device"] = torch.device(device).index if not isinstance(device, int) else device
+
+    cuda.set_device = set_device
+    cuda.synchronize = lambda device=None: None
+    cuda.get_device_capability = lambda device=None: (9, 0)  # an H100/H200 (FP8 paths: sm90)
+    # torch.tensor(data, device=...) builds on the device in C++ with Python modes excluded:
+    # build on the CPU and move, which the mode sees (the same tensor a CUDA run gets)
+    for name in ("tensor", "as_tensor"):
+        setattr(torch, name, _built_then_moved(getattr(torch, name)))
+    # "cuda" without an index means the current device; C++ would ask CUDA's device guard
+    move = torch.Tensor.to
+
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        args = tuple(_indexed(a) for a in args)
+        if "device" in kwargs:
+            kwargs["device"] = _indexed(kwargs["device"])
+        return move(self, *args, **kwargs)
+
+    def to_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kw: Any):
+        index = state["device"] if device is None else torch.device("cuda", device).index
+        return move(self, torch.device("cuda", index), non_blocking=non_blocking, **kw)
+
+    torch.Tensor.to = to
+    torch.Tensor.cuda = to_cuda
+
+
+def _indexed(device: Any) -> Any:
+    """torch.device("cuda", current) for "cuda"; anything else as it is."""
+    if isinstance(device, (str, torch.device)):
+        try:
+            parsed = torch.device(device)
+        except RuntimeError:
+            return device
+        if parsed.type == "cuda" and parsed.index is None:
+            return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _built_then_moved(build: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(build)
+    def wrapper(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+        if device is None or torch.device(device).type != "cuda":
+            return build(data, *args, device=device, **kwargs)
+        requires_grad = kwargs.pop("requires_grad", False)
+        out = build(data, *args, **kwargs).to(device)
+        return out.requires_grad_() if requires_grad else out
+
+    return wrapper
+
+
+class OnDevice(torch.Tensor):
+    """A CPU tensor standing for one on `cuda:<k>` (Python sees the logical device)."""
+
+    _local: torch.Tensor
+    _logical: torch.device
+
+    @staticmethod
+    def __new__(cls, local: torch.Tensor, logical: torch.device) -> OnDevice:
+        r = torch.Tensor._make_wrapper_subclass(
+            cls,
+            local.size(),
+            strides=local.stride(),
+            storage_offset=local.storage_offset(),
+            dtype=local.dtype,
+            layout=local.layout,
+            device=torch.device(BACKEND, 0),
+            requires_grad=local.requires_grad,
+        )
+        r._local = local
+        r._logical = logical
+        return r
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return self._logical
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+    def get_device(self) -> int:  # type: ignore[override]
+        return self._logical.index
+
+    def untyped_storage(self) -> torch.UntypedStorage:  # type: ignore[override]
+        return self._local.untyped_storage()  # the bytes a CUDA tensor of this shape holds
+
+    def data_ptr(self) -> int:  # type: ignore[override]
+        return self._local.data_ptr()
+
+    def tolist(self) -> Any:  # type: ignore[override]
+        return self._local.tolist()
+
+    def numpy(self, *, force: bool = False) -> Any:  # type: ignore[override]
+        raise TypeError(  # as on CUDA
+            f"can't convert {self._logical} device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        return f"OnDevice({self._local!r}, device='{self._logical}')"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        # reached when another subclass (DTensor) runs ops on its OnDevice locals inside the mode
+        if _active is None:
+            raise RuntimeError(f"{_MARK} {func} on a dry-run tensor outside the dry run")
+        return _active(func, args, kwargs or {})
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+def _worker_frame() -> str:
+    """file:line function of the innermost frame outside torch and this module."""
+    for frame in reversed(traceback.extract_stack()):
+        path = Path(frame.filename).resolve()
+        if path == _HERE or _TORCH in path.parents or "<frozen" in frame.filename:
+            continue
+        try:
+            where = path.relative_to(Path.cwd())
+        except ValueError:
+            where = path.name
+        return f"{where}:{frame.lineno} in {frame.name}"
+    return "?"
+
+
+def _name(device: torch.device) -> str:
+    return str(device)
+
+
+class DeviceRules:
+    """The TorchDispatchMode body: the rules of CUDA and NCCL, enforced op by op."""
+
+    _MOVES = frozenset({"aten._to_copy.default", "aten.copy_.default", "aten.lift_fresh.default"})
+    # ops that take CPU index tensors next to CUDA ones, as CUDA does
+    _CPU_INDICES = frozenset(
+        {"aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default"}
+    )
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.own = torch.device("cuda", rank)
+
+    def fail(self, func: Any, message: str) -> None:
+        raise DeviceCheckError(f"{_MARK} {func}: {message} [rank {self.rank}, {_worker_frame()}]")
+
+    def target(self, device: Any) -> torch.device | None:
+        if device is None:
+            return None
+        device = torch.device(device)
+        if device.type == BACKEND:  # C++ asked for "the device of this tensor": the rank's GPU
+            return self.own
+        if device.type == "cuda" and device.index is None:
+            return torch.device("cuda", torch.cuda.current_device())
+        return device
+
+    def __call__(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        from torch.utils._pytree import tree_flatten, tree_map
+
+        name = str(func)
+        flat, _ = tree_flatten((args, kwargs))
+        tensors = [t for t in flat if isinstance(t, torch.Tensor)]
+        if any(type(t) not in (OnDevice, torch.Tensor, torch.nn.Parameter) for t in tensors):
+            return func(*args, **kwargs)  # DTensor and kin: their own dispatch, on their locals
+        devices = {t._logical for t in tensors if isinstance(t, OnDevice)}
+        cpu = [t for t in tensors if not isinstance(t, OnDevice)]
+        target = self.target(kwargs.get("device"))
+        if func.namespace == "c10d":
+            if cpu:
+                self.fail(
+                    func,
+                    f"a cpu tensor {tuple(cpu[0].shape)} handed to a collective "
+                    f"(NCCL takes CUDA tensors only, on the rank's device cuda:<rank>)",
+                )
+            for d in devices:
+                if d != self.own:
+                    self.fail(
+                        func,
+                        f"a tensor on {_name(d)} handed to a collective on rank "
+                        f"{self.rank} (NCCL wants the rank's device cuda:<rank>)",
+                    )
+        else:
+            for d in devices | (
+                {target} if target is not None and target.type == "cuda" else set()
+            ):
+                if d != self.own:
+                    self.fail(
+                        func,
+                        f"a tensor on {_name(d)} on rank {self.rank}, whose device is cuda:<rank>",
+                    )
+            sized_cpu = [t for t in cpu if t.dim() > 0]
+            if devices and sized_cpu and name not in self._MOVES and name not in self._CPU_INDICES:
+                self.fail(
+                    func,
+                    f"tensors on cpu {tuple(sized_cpu[0].shape)} and cuda:<rank> "
+                    "in one op (CUDA allows only 0-dim cpu tensors there)",
+                )
+        local_args, local_kwargs = tree_map(
+            lambda t: t._local if isinstance(t, OnDevice) else t, (args, kwargs)
+        )
+        if target is not None:
+            if target.type == "cuda":
+                local_kwargs["device"] = torch.device("cpu")
+                out_device: torch.device | None = target
+            else:
+                out_device = None  # .cpu(), .to("cpu"): a plain CPU tensor
+        elif name == "aten.copy_.default":
+            out_device = args[0]._logical if isinstance(args[0], OnDevice) else None
+        else:
+            out_device = next(iter(devices), None)
+        out = func(*local_args, **local_kwargs)
+        if out_device is None or func.namespace == "c10d" and not devices:
+            return out
+        return tree_map(
+            lambda t: OnDevice(t, out_device) if isinstance(t, torch.Tensor) else t, out
+        )
+
+
+def _mode(rank: int) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    global _active
+    rules = _active = DeviceRules(rank)
+
+    class DeviceRulesMode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+            return rules(func, args, kwargs or {})
+
+    return DeviceRulesMode()
+
+
+# --- running a worker -------------------------------------------------------------------------
+
+
+def _stop_point(err: BaseException) -> str:
+    """The innermost worker function of the traceback and why it stopped, for 'checked up to'."""
+    frames = traceback.extract_tb(err.__traceback__)
+    inner = "?"
+    for frame in frames:
+        path = Path(frame.filename).resolve()
+        if path == _HERE or _TORCH in path.parents:
+            continue
+        inner = frame.name
+    msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    msg = re.sub(r"0x[0-9a-f]+", "0x...", msg)[:160]
+    return f"{inner} ({type(err).__name__}: {msg})"
+
+
+def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequence[Any]) -> dict:
+    """Run `fn(rank, world_size, *args)` on this rank as on `cuda:<rank>` under NCCL."""
+    import helpers.launch
+
+    _install()
+    _answer_cuda_queries(rank, world_size)
+    helpers.launch._device = torch.device("cuda", rank)
+    try:
+        with _mode(rank):
+            fn(rank, world_size, *args)
+    except BaseException as err:  # noqa: BLE001 - every end is a verdict
+        text = f"{type(err).__name__}: {err}"
+        if _MARK in text:
+            first = text[text.index(_MARK) + len(_MARK) :].strip().splitlines()[0]
+            op, _, rest = first.partition(": ")
+            what, _, where = rest.rpartition(" [")
+            verdict = {"kind": "fails", "what": f"{op} {what}", "detail": f"[{where}"}
+        else:
+            verdict = {
+                "kind": "checked up to",
+                "what": _stop_point(err),
+                "detail": "".join(traceback.format_tb(err.__traceback__))[-4000:]
+                + f"{type(err).__name__}: {str(err)[:400]}",
+            }
+        raise DryRunStop(json.dumps(verdict)) from None
+    return {"kind": "device-checked", "what": "", "detail": ""}
+
+
+def verdict_of_result(values: Sequence[dict]) -> Verdict:
+    """The worker's verdict from every rank's (all ranks finished without a stop)."""
+    return Verdict(**values[0])
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    return f"{target.__module__}.{target.__qualname__}"
+
+
+def dry_run(
+    fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), timeout_s: float = 120.0
+) -> Verdict:
+    """The dry run's verdict on worker `fn` at `world_size` ranks (see the module docstring)."""
+    from helpers.launch import WorkerError, launch
+
+    try:
+        values = launch(
+            dry_worker, world_size, args=(fn, tuple(args)), backend="gloo", timeout_s=timeout_s
+        )
+    except WorkerError as err:
+        found = re.search(rf"rank (\d+) raised {_STOP}: (\{{.*\}})", str(err))
+        if not found:
+            raise
+        verdict = json.loads(found.group(2))
+        return Verdict(
+            verdict["kind"],
+            verdict["what"],
+            f"{_name_of(fn)}, rank {found.group(1)}: {verdict['detail']}",
+        )
+    return verdict_of_result(values)
+
+
+if __name__ == "__main__":  # pragma: no cover - python -m helpers.dryrun module:function N
+    module, _, func = sys.argv[1].partition(":")
+    import importlib
+
+    print(dry_run(getattr(importlib.import_module(module), func), int(sys.argv[2])).text)
