@@ -1,4 +1,4 @@
-"""An assert's message says both sides (issue 21: "an empty message fails a test").
+"""An assert's message says both sides, so a failure on another torch says what changed.
 
 `pytest --nbval-lax` on a newer torch reports a failing cell by its message. A message that is
 empty, that is only an interpolation (`f"{x}"`), or that says what was found without what was

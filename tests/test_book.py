@@ -11,15 +11,15 @@ target loads (HTTP 200) and is the same page in the other edition (a notebook: t
 same number), or that edition's landing page when it has no such page. Each landing page lists
 every notebook of its language, in reading order, and each edition's search page finds a notebook.
 
-The step viewers move in the static book (issue 27): on the pages of notebooks 05 (the ring),
-01 (the call path), 16 (a pipeline schedule's timeline) and 17 (ring attention's schedule, and an
-expert-parallel step's all-to-all exchanges), in both editions, the widget renders from the state
-the page embeds, one ArrowRight on its slider moves it one step, and what it shows before and
+The step viewers move in the static book, not only in Jupyter: on the pages of notebooks 05 (the
+ring), 01 (the call path), 16 (a pipeline schedule's timeline) and 17 (ring attention's schedule,
+and an expert-parallel step's all-to-all exchanges), in both editions, the widget renders from the
+state the page embeds, one ArrowRight on its slider moves it one step, and what it shows before and
 after is that step's recorded content (the steps embedded in the staged notebook, checked by
-tests/viewer_checks.py; the ring also gets the JupyterLab test's checks; the timeline's marked
-boxes are the actions its text lists; ring attention's boxes and arrows are the holders and sends
-its text lists, the all-to-all's flows the rows its text lists), with no console error and no
-request leaving 127.0.0.1.
+tests/viewer_checks.py; the ring also gets the JupyterLab test's checks; the timeline's marked boxes
+are the actions its text lists; ring attention's boxes and arrows are the holders and sends its text
+lists, the all-to-all's flows the rows its text lists), with no console error and no request leaving
+127.0.0.1.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ ZH_IN_BROWSER = {
     "docs/compatibility.html",
 }
 ZH_NOTEBOOKS_IN_BROWSER = ("00_", "05_", "14_")
-# the step viewers that must move in the book (issue 27): (notebook page, what its viewer shows,
+# the step viewers that must move in the book: (notebook page, what its viewer shows,
 # the viewer's class as anywidget names it); a page may hold several viewers
 VIEWER_PAGES = [
     ("05_allreduce_from_scratch", VIEW_STATE, "helpers.viewers.RingViewer"),

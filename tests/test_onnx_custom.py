@@ -258,7 +258,7 @@ def test_resize_semantics() -> None:
     assert oc.resize_in_ort(img, 3, mode="linear").shape == (1, 1, 3, 3)
 
 
-# --------------------------------------------------------------------------- issue 10 and 12
+# ------------------------------------------ stubs, fake kernels, symbolics, onnxruntime-extensions
 
 
 def test_stub_signatures_read_the_installed_stubs() -> None:

@@ -51,7 +51,8 @@ def test_readme_has_exactly_two_quick_start_commands_and_ci_runs_test_then_matri
     commands = re.findall(r"^(make \w+)\s*$", quick, re.M)
     assert commands == ["make lab", "make test"]
     ci = (ROOT / ".ci" / "run").read_text()
-    # the README's test command, then the version matrix (issue 21): nothing else
+    # the README's test command, then the version matrix (the notebooks' asserts on every torch
+    # release it lists): nothing else
     ci_commands = [line for line in ci.splitlines() if line.startswith("make")]
     assert ci_commands == ["make test", "make test-matrix"], (
         f"expected make test then make test-matrix, .ci/run runs {ci_commands}"

@@ -150,10 +150,10 @@ def test_translations_keep_code_links_and_headings(path: Path) -> None:
             assert CJK.search(cn), f"{where}: the translation has no Chinese: {cn[:80]!r}"
 
 
-#: Notebooks whose owners were editing their prose when the glossary decisions of issue 28 were
-#: made: the rows decided then (DECIDED_TODAY, by first English spelling) are not held against
-#: them until they adopt them. Reason: "owner editing today" (the lead removes an entry when the
-#: owner's catalog follows the decisions).
+#: Notebooks whose owners are editing their prose while glossary decisions are made: the rows
+#: decided then (DECIDED_TODAY, by first English spelling) are not held against them until they
+#: adopt them, so an owner's unfinished prose does not fail; an entry goes when the owner's
+#: catalog follows the decisions.
 # an English quotation: no Chinese inside (a paper's symbols, ḡ, f̄, Ψ or →, are allowed)
 ENGLISH_QUOTE = re.compile(r'"[^"\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]+?"|“[\x20-\x7e]+?”')
 EDITING_TODAY: set[str] = set()  # notebooks whose owner adopts the decisions later (none now)

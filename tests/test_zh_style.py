@@ -22,8 +22,8 @@ import pytest
 
 from tools import zh
 
-#: Catalogs whose owners were editing them today (issue 28): the style sheet is theirs to apply
-#: (`tools/zh.py`'s `tidy`) when they finish. The lead removes an entry once its catalog passes.
+#: Catalogs exempt while their owners are still editing them: the style sheet is theirs to apply
+#: (`tools/zh.py`'s `tidy`) when they finish, so an entry goes once its catalog passes.
 EXEMPT: dict[str, str] = {}  # notebook number -> the reason it is exempt (none now)
 
 NOTEBOOKS = zh.notebooks()

@@ -7,19 +7,19 @@ siblings from `book/`, a copy of `notebooks/NN_*.ipynb` and of `docs/*.md` (when
 the same folders as in the repository, so the relative links written for GitHub resolve in the
 book. Notebooks are rendered from their stored outputs: nothing is executed.
 
-Both editions (issue 15) go into one site: English at `<out>/` (the URLs it always had), Chinese
-at `<out>/zh/`, built from `notebooks/zh/` with the landing page `book/index.zh.md` (staged as
-`index.md`) and Sphinx's `language = "zh_CN"`. The two Sphinx runs are independent processes and
-run side by side. Every page carries a switch to the same page in the other edition (`book/conf.py`
-makes the link from the `-A peer_*` values passed here).
+Both editions go into one site, so a reader can switch language on any page: English at `<out>/`
+(the URLs it always had), Chinese at `<out>/zh/`, built from `notebooks/zh/` with the landing page
+`book/index.zh.md` (staged as `index.md`) and Sphinx's `language = "zh_CN"`. The two Sphinx runs are
+independent processes and run side by side. Every page carries a switch to the same page in the
+other edition (`book/conf.py` makes the link from the `-A peer_*` values passed here).
 
-The step viewers (issue 27, `helpers.viewers`) move in the book: each viewer's stored display
-carries its widget state (`helpers.viewers.STATE_MIME`); staging moves it into the notebook's
-metadata (`widgets`, where MyST-NB looks for it), and the build serves the Jupyter widgets HTML
-manager (`@jupyter-widgets/html-manager`, from npm into `<venv>/share/widgets-html-manager`
-like reveal.js), RequireJS and anywidget's AMD module (from the installed Python package) from
-the book's `_static/widgets/`, never from a CDN. Without the HTML manager the viewers fall back
-to their text twin (the display's `text/plain`)."""
+The step viewers (`helpers.viewers`) move in the book, not only in Jupyter: each viewer's stored
+display carries its widget state (`helpers.viewers.STATE_MIME`); staging moves it into the
+notebook's metadata (`widgets`, where MyST-NB looks for it), and the build serves the Jupyter
+widgets HTML manager (`@jupyter-widgets/html-manager`, from npm into
+`<venv>/share/widgets-html-manager` like reveal.js), RequireJS and anywidget's AMD module (from the
+installed Python package) from the book's `_static/widgets/`, never from a CDN. Without the HTML
+manager the viewers fall back to their text twin (the display's `text/plain`)."""
 
 from __future__ import annotations
 
@@ -197,7 +197,7 @@ def stage(staging: Path, lang: str = "en", widgets: bool = True) -> Path:
             text = re.sub(r"\]\(\.\./(?!notebooks/)", "](", text)  # ../glossary.md: a sibling
             (staging / "docs" / doc.name).write_text(text)
     teaching = staging / "docs" / "teaching.md"
-    if not teaching.exists():  # the landing page links to it; written separately (issue 14)
+    if not teaching.exists():  # the landing page links to it: a stub keeps that link whole
         teaching.parent.mkdir(exist_ok=True)
         teaching.write_text("# Teaching guide\n\nNot written yet: see `docs/teaching.md`.\n")
     return staging

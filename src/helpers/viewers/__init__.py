@@ -1,4 +1,5 @@
-"""Step viewers whose view runs in the browser (issue 27): anywidget widgets fed with recorded data.
+"""Step viewers whose view runs in the browser, so a static page moves too: anywidget widgets
+fed with recorded data.
 
 Used by: `helpers.allreduce.ring_step_viewer` (notebook 05), `helpers.tracing.step_viewer`
 (notebook 01), `helpers.pipeline_parallel.timeline_step_viewer` (notebook 16), and
