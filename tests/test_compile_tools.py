@@ -182,6 +182,10 @@ def test_aot_backend_records_forward_and_backward() -> None:
     assert "aten.addmm.default" in graph_ops(aot.forward[0])
     assert "tangents_1" in aot.backward[0].code
     assert aot.saved_for_backward() and "tangents_1" not in aot.saved_for_backward()
+    # AOTAutograd hands its compilers fake tensors, one per graph input
+    fw_types, bw_types = aot.input_types["forward"], aot.input_types["backward"]
+    assert len(fw_types) == 1 and set(fw_types[0]) == {"FakeTensor"}
+    assert len(bw_types) == 1 and set(bw_types[0]) == {"FakeTensor"}
     compiled = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     F.mse_loss(model(x), y).backward()
@@ -338,3 +342,45 @@ def test_nb03_exercises_1_and_2() -> None:
     table = core_aten_decompositions()
     gm = make_fx(lambda t: F.silu(t), decomposition_table=table)(torch.randn(3))
     assert "aten.sigmoid.default" in gm.code and "aten.mul.Tensor" in gm.code, gm.code
+
+
+def test_pregraph_call_order_puts_both_markers_before_the_graph() -> None:
+    from helpers.compile_tools import pregraph_call_order
+
+    x = torch.randn(3)
+    torch._dynamo.reset()
+    with capture_bytecode() as captured:
+        torch.compile(_f, backend="eager")(x, x)
+    order = pregraph_call_order(captured[0].transformed)
+    assert order == [
+        "record_pregraph_bytecode_enter",
+        "record_pregraph_bytecode_exit",
+        "graph",
+    ]
+
+    # the wrong world: a code object that calls the graph between the markers
+    def around(enter, exit_, graph):
+        cm = enter.record_pregraph_bytecode_enter()
+        graph_out_0 = graph()
+        exit_.record_pregraph_bytecode_exit(cm)
+        return graph_out_0
+
+    assert pregraph_call_order(around.__code__) == [
+        "record_pregraph_bytecode_enter",
+        "graph",
+        "record_pregraph_bytecode_exit",
+    ]
+    assert pregraph_call_order(_f.__code__) == []  # original code: no markers, no graph call
+    torch._dynamo.reset()
+
+
+def test_pregraph_markers_gated_matches_the_transformed_code() -> None:
+    from helpers.compile_tools import pregraph_markers_gated
+
+    x = torch.randn(3)
+    torch._dynamo.reset()
+    with capture_bytecode() as captured:
+        torch.compile(_f, backend="eager")(x, x)
+    names = [str(i.argval) for i in dis.get_instructions(captured[0].transformed)]
+    assert pregraph_markers_gated() == ("_is_profiler_enabled" in names)
+    torch._dynamo.reset()

@@ -176,6 +176,8 @@ def test_recording_backend_with_inner_aot_eager_sees_aten_names() -> None:
     assert len(outer) == 1 and len(inner_graphs) == 1
     assert inner_graphs.op_counts() == {"aten.mul.Tensor": 1, "aten.relu.default": 1}
     assert inner_graphs.op_counts() == dict(graph_ops(inner_graphs.graphs[-1]))  # ATen: same
+    # Dynamo hands its backend the real tensors; AOTAutograd hands its compilers fake ones
+    assert outer.input_types == [["Tensor"]] and inner_graphs.input_types == [["FakeTensor"]]
     assert not ADDRESS.search(inner_graphs.summary())
     by_name = RecordingBackend(inner="aot_eager")
     torch.testing.assert_close(torch.compile(m, backend=by_name)(x + 1), m(x + 1))
