@@ -27,23 +27,33 @@ How it works (each piece measured on torch 2.13.0+cpu):
 
 What it cannot see (say so where a verdict depends on it):
 - CUDA's own kernels and libraries: a kernel missing for a dtype on CUDA, cuBLAS/cuDNN/NCCL
-  numerics, streams, events, memory, timing; `torch.cuda.*` runtime queries are answered for a
-  machine with one GPU per rank (`device_count`, `current_device`, `set_device`, `is_available`,
-  `synchronize`, `get_device_capability` as sm90), anything else of `torch.cuda` fails as on a CPU build and stops the run.
+  numerics, streams, events, memory, timing. `torch.cuda`'s runtime queries are answered as on
+  a machine with one GPU per rank (`device_count`, `current_device`, `set_device`,
+  `is_available`, `synchronize`, `get_device_capability` as sm90; the accelerator is "cuda");
+  anything else of `torch.cuda` (streams, memory stats, device properties) fails as on a CPU
+  build and stops the run.
+- `torch.autocast("cuda")`: CUDA's autocast does not reach the wrapper tensors (C++ sees the
+  "dryrun" device), so a worker under it would run in full precision; `is_bf16_supported()`
+  (device properties) stops it first.
 - Code that asks the backend's name: `dist.get_backend()` says "gloo", so a branch on "nccl"
   (object collectives' staging device among them) takes its gloo path.
 - torch.compile and other tracers over the wrapper tensors: a stop, reported as such.
+- Pinned memory: `pin_memory()` and `pin_memory=True` give plain CPU memory (`is_pinned()`
+  is True for it): no asynchronous copies.
+- CUDA-only kernels (SyncBatchNorm's `batch_norm_stats`): no CPU twin, a stop.
 A stop ("checked up to <function>: <why>") is not a failure of the worker: the device rules were
 checked up to that call, and nothing after it.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
 import sys
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +126,9 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
     cuda.set_device = set_device
     cuda.synchronize = lambda device=None: None
     cuda.get_device_capability = lambda device=None: (9, 0)  # an H100/H200 (FP8 paths: sm90)
+    # the machine's accelerator is CUDA (registering the "dryrun" backend would make it that)
+    torch._C._get_accelerator = lambda check=False: torch.device("cuda")
+    torch.accelerator.current_accelerator = lambda check_available=False: torch.device("cuda")
     # torch.tensor(data, device=...) builds on the device in C++ with Python modes excluded:
     # build on the CPU and move, which the mode sees (the same tensor a CUDA run gets)
     for name in ("tensor", "as_tensor"):
@@ -194,6 +207,17 @@ class OnDevice(torch.Tensor):
     def get_device(self) -> int:  # type: ignore[override]
         return self._logical.index
 
+    def __deepcopy__(self, memo: dict) -> OnDevice:
+        if id(self) in memo:
+            return memo[id(self)]
+        new = OnDevice(self._local.detach().clone(), self._logical)
+        new.requires_grad_(self.requires_grad)
+        for key, value in self.__dict__.items():  # _is_param and the like
+            if key not in ("_local", "_logical"):
+                setattr(new, key, copy.deepcopy(value, memo))
+        memo[id(self)] = new
+        return new
+
     def untyped_storage(self) -> torch.UntypedStorage:  # type: ignore[override]
         return self._local.untyped_storage()  # the bytes a CUDA tensor of this shape holds
 
@@ -252,6 +276,12 @@ class DeviceRules:
     def __init__(self, rank: int) -> None:
         self.rank = rank
         self.own = torch.device("cuda", rank)
+        self._pinned: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+
+    def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Remember `tensor` as pinned (is_pinned() is True for it, as for CUDA's pinned memory)."""
+        self._pinned.add(tensor)
+        return tensor
 
     def fail(self, func: Any, message: str) -> None:
         raise DeviceCheckError(f"{_MARK} {func}: {message} [rank {self.rank}, {_worker_frame()}]")
@@ -277,8 +307,12 @@ class DeviceRules:
         devices = {t._logical for t in tensors if isinstance(t, OnDevice)}
         cpu = [t for t in tensors if not isinstance(t, OnDevice)]
         target = self.target(kwargs.get("device"))
+        if name == "aten._pin_memory.default":  # pinned memory is plain CPU memory here
+            return self.pinned(args[0].clone())
+        if name == "aten.is_pinned.default":
+            return any(t is args[0] for t in self._pinned)
         if func.namespace == "c10d":
-            if cpu:
+            if cpu and name != "c10d.barrier.default":  # NCCL's barrier makes its own tensor
                 self.fail(
                     func,
                     f"a cpu tensor {tuple(cpu[0].shape)} handed to a collective "
@@ -320,7 +354,16 @@ class DeviceRules:
             out_device = args[0]._logical if isinstance(args[0], OnDevice) else None
         else:
             out_device = next(iter(devices), None)
-        out = func(*local_args, **local_kwargs)
+        pin = bool(local_kwargs.get("pin_memory"))
+        if pin:
+            local_kwargs["pin_memory"] = False  # pinned memory is plain CPU memory here
+        try:
+            out = func(*local_args, **local_kwargs)
+        except Exception as err:
+            err.add_note(f"(the dry run ran {func} on the CPU tensors)")
+            raise
+        if pin:
+            return self.pinned(out)
         if out_device is None or func.namespace == "c10d" and not devices:
             return out
         return tree_map(
@@ -354,7 +397,9 @@ def _stop_point(err: BaseException) -> str:
             continue
         inner = frame.name
     msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    msg = re.sub(r"0x[0-9a-f]+", "0x...", msg)[:160]
+    msg = re.sub(r"0x[0-9a-f]+", "0x...", msg)
+    msg = re.sub(r"\[[^\]]*\](:\d+)?", "[...]", msg)  # paths, addresses, ports
+    msg = msg.split(". ")[0][:160]  # the first sentence
     return f"{inner} ({type(err).__name__}: {msg})"
 
 
@@ -380,7 +425,8 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
                 "kind": "checked up to",
                 "what": _stop_point(err),
                 "detail": "".join(traceback.format_tb(err.__traceback__))[-4000:]
-                + f"{type(err).__name__}: {str(err)[:400]}",
+                + f"{type(err).__name__}: {str(err)[:400]}"
+                + "".join(f"\n{note}" for note in getattr(err, "__notes__", ())),
             }
         raise DryRunStop(json.dumps(verdict)) from None
     return {"kind": "device-checked", "what": "", "detail": ""}
@@ -408,8 +454,15 @@ def dry_run(
         )
     except WorkerError as err:
         found = re.search(rf"rank (\d+) raised {_STOP}: (\{{.*\}})", str(err))
-        if not found:
-            raise
+        if not found:  # a rank died (an abort in C++): the Python stack it was in
+            frames = re.findall(r'File "([^"]+)", line \d+ in (\w+)', str(err))
+            inner = [f for p, f in frames if "site-packages" not in p and "launch.py" not in p]
+            where = inner[0] if inner else "?"
+            return Verdict(
+                "checked up to",
+                f"{where} (the process aborted)",
+                f"{_name_of(fn)}: {str(err)[-3000:]}",
+            )
         verdict = json.loads(found.group(2))
         return Verdict(
             verdict["kind"],
