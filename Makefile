@@ -86,6 +86,10 @@ test: $(STAMP) system-deps slides-deps widgets-deps ## unit tests + every notebo
 test-lax: $(STAMP) system-deps slides-deps widgets-deps ## same, comparing only asserts (GPU machines, other torch versions)
 	$(BIN)/python -m pytest $(PARALLEL) --nbval-lax -q tests notebooks
 
+.PHONY: test-gpu
+test-gpu: $(STAMP) ## on a GPU machine: every notebook (--nbval-lax, NCCL with 2+ GPUs) and the audited workers for real; _build/gpu-report.md
+	$(BIN)/python tools/gpu_check.py
+
 unit: $(STAMP) slides-deps widgets-deps ## unit tests only
 	$(BIN)/python -m pytest $(PARALLEL) -q tests
 

@@ -1,0 +1,46 @@
+"""tools/gpu_check.py (`make test-gpu`): on a machine without a GPU it stops at once, saying why."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tools import gpu_check  # noqa: E402
+
+
+def test_without_gpu_it_stops_with_status_2_naming_what_it_needs(tmp_path: Path) -> None:
+    if gpu_check.visible_gpus()[0]:
+        pytest.skip("this machine has a GPU: make test-gpu runs instead of stopping")
+    start_report = gpu_check.REPORT.read_text() if gpu_check.REPORT.exists() else None
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gpu_check.py")],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 2, f"expected exit status 2, found {out.returncode}: {out.stderr}"
+    for words in ("needs a machine with at least one NVIDIA GPU", "nvidia-smi", "CUDA build",
+                  "two or more GPUs", "Found: no nvidia-smi"):  # fmt: skip
+        assert words in out.stderr, f"expected {words!r} in the message, found {out.stderr!r}"
+    assert out.stdout == "", f"expected nothing on stdout, found {out.stdout!r}"
+    now = gpu_check.REPORT.read_text() if gpu_check.REPORT.exists() else None
+    assert now == start_report, "without a GPU no report should be written"
+
+
+def test_a_driver_that_lists_no_gpu_counts_as_none(monkeypatch, tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'No devices were found'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert gpu_check.visible_gpus() == (0, "0 GPU(s) listed by nvidia-smi")
+    assert gpu_check.main([]) == 2, "a driver without GPUs should stop the check with status 2"
+
+
+def test_gpu_designed_notebooks_come_from_course_toml() -> None:
+    designed = gpu_check.gpu_designed()
+    assert {"04", "05", "06", "07", "08"} <= designed, f"expected 04-08 among {designed}"
+    assert "00" not in designed, f"00 runs on CPU only, found {designed}"

@@ -1,0 +1,227 @@
+"""`make test-gpu`: the notebooks and the audited workers on a machine with NVIDIA GPUs.
+
+On a machine with CUDA: every notebook under `pytest --nbval-lax` (the GPU-designed ones, whose
+launches take NCCL with one GPU per rank, only where at least two GPUs are visible; with fewer
+they would run on gloo again and are reported skipped), then every worker of
+tests/dryrun_audit.py launched for real with `backend="auto"` (NCCL where the machine has a GPU
+per rank, else skipped), and a report, `_build/gpu-report.md`: per notebook and per worker,
+passed, failed with the message, or skipped for too few GPUs. Budget: about ten minutes on one
+GPU (`--budget-s`); what did not start in time is reported as not run.
+
+torch: the project's pin is a CPU build on CPU machines; when the venv's torch has no CUDA but
+the machine has GPUs, the same pinned version with CUDA is installed into
+`~/.cache/pytorch-source-reading/torch-<version>-cuda` (pip, PyPI's default wheel for Linux is
+the CUDA build; `TORCH_INDEX_URL` picks another index) and the checks run there.
+
+Without a GPU it stops at once, saying what it needs, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "_build" / "gpu-report.md"
+CACHE = Path(os.environ.get("MATRIX_CACHE", Path.home() / ".cache" / "pytorch-source-reading"))
+NEEDS = (
+    "make test-gpu needs a machine with at least one NVIDIA GPU and its driver "
+    "(nvidia-smi lists the GPUs) and a CUDA build of the pinned torch (installed by this "
+    "command into {cache} when the venv's torch is a CPU build); two or more GPUs for the "
+    "NCCL notebooks (04-09, 13, 14). Found: {found}."
+)
+
+
+def visible_gpus() -> tuple[int, str]:
+    """How many NVIDIA GPUs the driver lists, and what was found (for the message)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0, "no nvidia-smi (no NVIDIA driver)"
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return 0, f"nvidia-smi failed ({err})"
+    gpus = [line for line in out.stdout.splitlines() if line.startswith("GPU ")]
+    return len(gpus), f"{len(gpus)} GPU(s) listed by nvidia-smi"
+
+
+def torch_facts(python: str) -> dict:
+    """torch's version and CUDA view in the environment of `python`."""
+    code = (
+        "import json, torch; print(json.dumps({'version': torch.__version__, "
+        "'cuda': torch.cuda.is_available(), 'count': torch.cuda.device_count() "
+        "if torch.cuda.is_available() else 0}))"
+    )
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        return {"version": "?", "cuda": False, "count": 0, "error": out.stderr[-500:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cuda_python(version: str) -> str:
+    """A python with torch==`version` built with CUDA and the project's requirements."""
+    env_dir = CACHE / f"torch-{version}-cuda"
+    python = env_dir / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
+    if not torch_facts(str(python)).get("cuda"):
+        env = dict(os.environ, PIP_CONSTRAINT="/dev/null")
+        index = os.environ.get("TORCH_INDEX_URL")
+        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        subprocess.run(
+            [*pip, f"torch=={version}", *(["--index-url", index] if index else [])],
+            check=True,
+            env=env,
+        )
+        reqs = [
+            line
+            for line in (ROOT / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.startswith(("#", "torch=="))
+        ]
+        subprocess.run([*pip, *reqs], check=True, env=env)
+    return str(python)
+
+
+def gpu_designed() -> set[str]:
+    """Notebook numbers ("04") that course.toml marks GPU-designed."""
+    course = tomllib.loads((ROOT / "notebooks" / "course.toml").read_text(encoding="utf-8"))
+    return {f"{n['number']:02d}" for n in course["notebook"] if n["runs_on"] == "gpu-designed"}
+
+
+def run_notebooks(python: str, gpus: int, budget_s: float) -> list[tuple[str, str, str]]:
+    """(notebook, outcome, message) per notebook."""
+    designed = gpu_designed()
+    rows, todo = [], []
+    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        if nb.name[:2] in designed and gpus < 2:
+            rows.append((nb.name, "skipped", f"too few GPUs: NCCL needs 2, found {gpus}"))
+        else:
+            todo.append(nb)
+    if not todo:
+        return rows
+    xml = ROOT / "_build" / "gpu-notebooks.xml"
+    jobs = str(min(len(todo), os.cpu_count() or 1))
+    cmd = [python, "-m", "pytest", "--nbval-lax", "-q", "-n", jobs, "--dist", "loadfile",
+           f"--junitxml={xml}", *[str(p.relative_to(ROOT)) for p in todo]]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    try:
+        subprocess.run(cmd, cwd=ROOT, env=env, timeout=budget_s, capture_output=True)
+    except subprocess.TimeoutExpired:
+        pass
+    failures: dict[str, str] = {}
+    seen: set[str] = set()
+    if xml.exists():
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            name = Path(case.get("file") or case.get("classname", "").replace(".", "/")).name
+            name = next((p.name for p in todo if p.stem in (case.get("classname") or "")), name)
+            seen.add(name)
+            for bad in list(case.iter("failure")) + list(case.iter("error")):
+                failures.setdefault(name, (bad.get("message") or bad.text or "")[:300])
+    for nb in todo:
+        if nb.name in failures:
+            rows.append((nb.name, "failed", failures[nb.name].replace("\n", " ")))
+        elif nb.name in seen:
+            rows.append((nb.name, "passed", ""))
+        else:
+            rows.append((nb.name, "not run", f"the budget ({budget_s:.0f} s) ran out"))
+    return sorted(rows)
+
+
+WORKER_RUN = """
+import json, sys
+sys.path[:0] = [{tests!r}, {src!r}]
+import dryrun_audit
+from helpers.launch import launch
+fn, n, args = dryrun_audit.audit()[{name!r}]
+res = launch(fn, n, args=args, backend="auto", timeout_s=240)
+print(json.dumps({{"backend": res.backend}}))
+"""
+
+
+def run_workers(python: str, gpus: int, deadline: float) -> list[tuple[str, str, str]]:
+    """(worker, outcome, message) for every audited worker, run for real."""
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "src")]
+    import dryrun_audit  # noqa: PLC0415 - needs the paths above
+
+    rows = []
+    for name, (_, n, _) in dryrun_audit.audit().items():
+        if gpus < n:
+            rows.append((name, "skipped", f"too few GPUs: {n} ranks need {n}, found {gpus}"))
+            continue
+        left = deadline - time.time()
+        if left < 30:
+            rows.append((name, "not run", "the budget ran out"))
+            continue
+        code = WORKER_RUN.format(tests=str(ROOT / "tests"), src=str(ROOT / "src"), name=name)
+        try:
+            out = subprocess.run([python, "-c", code], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=min(left, 300))  # fmt: skip
+        except subprocess.TimeoutExpired:
+            rows.append((name, "failed", "timed out"))
+            continue
+        if out.returncode == 0:
+            rows.append((name, "passed", out.stdout.strip().splitlines()[-1]))
+        else:
+            rows.append((name, "failed", out.stderr.strip()[-300:].replace("\n", " ")))
+    return rows
+
+
+def report(facts: dict, gpus: int, notebooks: list, workers: list) -> str:
+    lines = [
+        "# GPU check (`make test-gpu`)",
+        "",
+        f"torch {facts['version']}, {gpus} GPU(s); notebooks under `pytest --nbval-lax`, "
+        "workers launched with backend='auto'.",
+        "",
+        "| notebook | outcome | message |",
+        "|---|---|---|",
+        *[f"| {a} | {b} | {c} |" for a, b, c in notebooks],
+        "",
+        "| worker | outcome | message |",
+        "|---|---|---|",
+        *[f"| {a} | {b} | {c} |" for a, b, c in workers],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-s", type=float, default=540.0)
+    parser.add_argument("--python", default=str(ROOT / ".venv" / "bin" / "python"))
+    args = parser.parse_args(argv)
+    start = time.time()
+    gpus, found = visible_gpus()
+    if gpus == 0:
+        print(NEEDS.format(cache=CACHE, found=found), file=sys.stderr)
+        return 2
+    facts = torch_facts(args.python)
+    python = args.python
+    if not facts.get("cuda"):
+        python = cuda_python(facts["version"].split("+")[0])
+        facts = torch_facts(python)
+        if not facts.get("cuda"):
+            print(NEEDS.format(cache=CACHE, found=f"{found}, torch {facts['version']} without "
+                               "CUDA even after the install"), file=sys.stderr)  # fmt: skip
+            return 2
+    gpus = facts["count"]
+    left = args.budget_s - (time.time() - start)
+    notebooks = run_notebooks(python, gpus, left * 0.75)
+    workers = run_workers(python, gpus, start + args.budget_s)
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(report(facts, gpus, notebooks, workers), encoding="utf-8")
+    print(REPORT.read_text(encoding="utf-8"))
+    bad = [r for r in notebooks + workers if r[1] in ("failed", "not run")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
