@@ -161,6 +161,36 @@ def no_then_vs_now(cells: Cells) -> list[str]:
     return [] if re.search(r"then vs\.? now", text, re.IGNORECASE) else ["no 'Then vs now' table"]
 
 
+# the calls that cut an excerpt (helpers.source), and where header_view takes `after` by position
+EXCERPT_CALLS = {"show_source", "source_view", "header_view", "file_view"}
+AFTER_POSITION = {"header_view": 3}  # header_view(relpath, pattern, before, after, until)
+
+
+def _callee(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def excerpts_cut_by_count(cells: Cells) -> list[str]:
+    """Excerpts end at a name, never at a count: `after=N` shows whatever lines follow the
+    pattern, so a changed source shifts the window silently; `until=` (or the whole definition)
+    fails loudly instead."""
+    problems = []
+    for i, cell in enumerate(cells):
+        tree = _tree(_src(cell)) if cell["cell_type"] == "code" else None
+        for node in ast.walk(tree) if tree is not None else ():
+            if not isinstance(node, ast.Call) or _callee(node) not in EXCERPT_CALLS:
+                continue
+            name = _callee(node)
+            by_keyword = any(k.arg == "after" for k in node.keywords)
+            if by_keyword or len(node.args) > AFTER_POSITION.get(name, len(node.args)):
+                problems.append(
+                    f"cell {i} (id {cell.get('id', '?')}): {name}(...) cuts with after=; end it "
+                    "at a pattern (until=) or show the whole definition"
+                )
+    return problems
+
+
 RULES: list[Callable[[Cells], list[str]]] = [
     bare_asserts,
     printed_literal_booleans,
@@ -206,6 +236,7 @@ BROKEN = {
     unshown_workers: _py("out = launch(helpers.ddp.other_worker, 2)\nassert out, 'no result'"),
     fenced_python: _md("Like this:\n\n```python\nfor x in loader:\n    step(x)\n```"),
     sections_without_check: _md("## 2. A section that only prints"),
+    excerpts_cut_by_count: _py("show_source(torch.compile, r'return', before=0, after=3)"),
 }
 
 
@@ -232,6 +263,47 @@ def test_unshown_worker_names_the_function() -> None:
         "cell 0: launch(collectives.identity_worker, ...) before show_source("
         "collectives.identity_worker)"
     ]
+
+
+#: Notebooks whose excerpts still cut with after=N. The list only shrinks: a notebook leaves it
+#: when its excerpts are cut by name, and a listed notebook with no such cut fails, so the entry
+#: cannot outlive the cuts it excuses.
+EXCERPTS_STILL_COUNTED: set[str] = {
+    "01_torch_compile_entry",
+    "02_dynamo_bytecode_guards_graph_breaks",
+    "03_aot_autograd_and_inductor",
+    "10_onnx_export",
+    "11_onnx_custom_operators",
+}
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_excerpts_are_cut_by_name(nb: Path) -> None:
+    problems = excerpts_cut_by_count(_cells(nb))
+    if nb.stem in EXCERPTS_STILL_COUNTED:
+        assert problems, f"{nb.name}: no after= cut left; remove it from EXCERPTS_STILL_COUNTED"
+        return
+    assert not problems, f"{nb.name}: excerpts cut by a line count\n" + "\n".join(problems)
+
+
+def test_excerpt_rule_names_the_cell_and_reads_calls_not_text() -> None:
+    cells = [
+        {**_py('show_source(fn, r"if x", before=0, until=r"return")'), "id": "by-name"},
+        _md("`after=3` in prose is not a call"),
+        _py('text = "show_source(fn, after=3)"  # a string, not a call'),
+        {**_py('v = helpers.source.source_view(\n    fn, r"def",\n    after=2,\n)'), "id": "a"},
+        {**_py('header_view("c10d/x.hpp", r"struct", 0, 4)'), "id": "b"},
+        {**_py('header_view("c10d/x.hpp", r"struct", 0, until=r"};")'), "id": "c"},
+    ]
+    assert excerpts_cut_by_count(cells) == [
+        "cell 3 (id a): source_view(...) cuts with after=; end it at a pattern (until=) or show "
+        "the whole definition",
+        "cell 4 (id b): header_view(...) cuts with after=; end it at a pattern (until=) or show "
+        "the whole definition",
+    ]
+    assert excerpts_cut_by_count(GOOD) == [], "the rule rejects a notebook without after= cuts"
+    unknown = EXCERPTS_STILL_COUNTED - {p.stem for p in NOTEBOOKS}
+    assert not unknown, f"EXCERPTS_STILL_COUNTED names no notebook: {sorted(unknown)}"
 
 
 # --------------------------------------------------------------------------------------------
