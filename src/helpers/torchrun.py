@@ -28,13 +28,17 @@ does). What this module does:
    once each worker and the agent printed its Python stack into the error (_stop_with_stacks).
 
 The environment torchrun gets: this process's, plus PYTHONPATH (workers import what the
-caller imports), OMP_NUM_THREADS=1 unless set and PYTHONFAULTHANDLER=1 (the timeout's stacks).
-No more: `--max-restarts` works with torchrun's defaults because helpers.train_ddp builds each
-worker group's process group on a key space of its own in the agent's store (09, section 6).
+caller imports), OMP_NUM_THREADS=1 unless set, PYTHONUNBUFFERED=1, PYTHONFAULTHANDLER=1 (the
+timeout's stacks), with `loopback=True` GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME set to the
+loopback interface unless set, and the wrapper's expected parent pid. Nothing that changes
+torchrun's store or restart behaviour: `--max-restarts` works with torchrun's defaults because
+helpers.train_ddp builds each worker group's process group on a key space of its own in the
+agent's store (09, section 6).
 
-Rendezvous stays on this machine by default (`loopback=True`): c10d on 127.0.0.1 at a free
-port, `--local-addr=127.0.0.1` (the workers' MASTER_ADDR) and gloo/NCCL sockets on `lo`.
-`rdzv_backend="static"` is torchrun's default rendezvous instead (`--master-addr`,
+Addresses stay on this machine by default (`loopback=True`): c10d on 127.0.0.1 at a free
+port, `--local-addr=127.0.0.1` (the workers' MASTER_ADDR) and gloo/NCCL sockets on `lo` (the
+TCPStores themselves listen on every interface, notebook 04).
+`rdzv_backend="static"` is the torchrun parser's default rendezvous instead (`--master-addr`,
 `--master-port`). Pass `loopback=False` and a real `rdzv_endpoint` for machines that talk over
 the network. The launch options are one dataclass, `TorchrunLaunch`; `torchrun_command`,
 `start_torchrun` and `run_torchrun` take its fields as keyword arguments.
@@ -107,7 +111,7 @@ class TorchrunLaunch:
     """torchrun's launch options (one node's view); `command()` builds the full command line.
 
     Without `rdzv_endpoint`, the rendezvous is on 127.0.0.1 at a free port. `rdzv_backend`
-    "c10d" passes --rdzv-backend/--rdzv-endpoint/--rdzv-id; "static" (torchrun's default)
+    "c10d" passes --rdzv-backend/--rdzv-endpoint/--rdzv-id; "static" (the torchrun parser's default)
     passes --master-addr/--master-port taken from the endpoint.
     """
 

@@ -30,7 +30,10 @@ What it does, in the order a reader meets it in `main`:
 - after every epoch rank 0 writes `<out-dir>/last.pt` atomically (temp file + os.replace):
   model, optimizer, scheduler, epochs done, every rank's RNG states and a per-epoch history;
 - `--resume`, or a restart by torchrun's `--max-restarts`, continues after the last completed
-  epoch: no epoch lost, none repeated (the history records which attempt ran each epoch). The
+  epoch: no epoch lost, none repeated (the history records which attempt ran each epoch). A
+  restart is seen from the largest TORCHELASTIC_RESTART_COUNT over the ranks; one for a
+  membership change alone (every group healthy, a node joining) leaves it 0 everywhere and
+  starts over unless `--resume` is given (a missing file is then an error). The
   resume is exact: the RNG states are restored and never reseeded, and the DataLoader's
   worker seeds come from (seed, rank, epoch), so the resumed run computes what the
   uninterrupted one computed, bit for bit (tests/test_train_ddp.py checks it with dropout,
@@ -195,8 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
         const="auto",
         default="",
         metavar="PATH",
-        help="continue from a checkpoint (no PATH: <out-dir>/last.pt); "
-        "a torchrun restart resumes from <out-dir>/last.pt automatically",
+        help="continue from a checkpoint (no PATH: <out-dir>/last.pt; a missing file is an "
+        "error); a torchrun restart that some node counted (TORCHELASTIC_RESTART_COUNT > 0) "
+        "resumes from <out-dir>/last.pt automatically, one for a membership change alone "
+        "(the count stays 0) starts over unless --resume is given",
     )
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     return p
