@@ -5,8 +5,11 @@ src/helpers/dryrun_verdicts.json. Each entry: name -> (worker, world size, args)
 world size the notebook launches it with. A harness that runs several workers in one launch
 (`helpers.ddp.jobs_worker`) is audited through the workers it runs. 15's composite worker is
 audited whole (it stops at its first breach) and through the two functions it calls that hold
-the issue's second and third findings, called with the arguments the worker passes.
-`python tests/dryrun_audit.py` prints every verdict as the JSON the table holds.
+the second and third device faults found by reading it (CPU tensors to collectives, the
+DTensor plan's CPU LayerNorm), called with the arguments the worker passes.
+Not audited: 09's `helpers.train_ddp` (a torchrun script that picks its device from `--device`
+and LOCAL_RANK and makes its own process group: not a `launch` worker) and the exercises'
+reader-written workers. `python tests/dryrun_audit.py` prints every verdict as the table's JSON.
 """
 
 from __future__ import annotations

@@ -53,3 +53,29 @@ def ddp_cpu_module_worker(rank: int, world_size: int) -> None:
 def cuda_api_worker(rank: int, world_size: int) -> None:
     """A torch.cuda call the dry run cannot answer: a stop, not a failure."""
     torch.cuda.max_memory_allocated()
+
+
+def reducer_seen_worker(rank: int, world_size: int) -> list[str]:
+    """DDP's Reducer all-reduces in backward from C++: the dry run's checks must see it."""
+    import helpers.dryrun
+
+    device = current_device()
+    model = DistributedDataParallel(nn.Linear(8, 4).to(device), device_ids=[device.index])
+    loss = model(torch.randn(4, 8, device=device)).sum()
+    seen = helpers.dryrun._active.collectives
+    seen.clear()
+    loss.backward()
+    assert "c10d.allreduce_.default" in seen, f"expected the Reducer's all-reduce, found {seen}"
+    return seen
+
+
+def cpu_comm_hook_worker(rank: int, world_size: int) -> None:
+    """A DDP comm hook that all-reduces a CPU copy of the bucket, from inside backward."""
+    device = current_device()
+    model = DistributedDataParallel(nn.Linear(8, 4).to(device), device_ids=[device.index])
+
+    def hook(state, bucket):  # noqa: ANN001, ANN202 - DDP checks real annotations, not strings
+        return dist.all_reduce(bucket.buffer().cpu(), async_op=True).get_future()
+
+    model.register_comm_hook(None, hook)
+    model(torch.randn(4, 8, device=device)).sum().backward()

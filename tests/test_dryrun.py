@@ -41,6 +41,7 @@ def test_a_device_correct_worker_passes() -> None:
         (toy.cpu_module_worker, "aten.addmm", "tensors on cpu (4,) and cuda:<rank>"),
         (toy.cuda0_worker, "aten.ones", "a tensor on cuda:0 on rank 1"),
         (toy.ddp_cpu_module_worker, "c10d.", "a cpu tensor"),
+        (toy.cpu_comm_hook_worker, "c10d.allreduce_", "a cpu tensor (36,) handed"),
     ],
 )
 def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op: str, words: str) -> None:
@@ -52,7 +53,15 @@ def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op: str, words
     assert f"dryrun_workers.{worker.__name__}" in verdict.detail, (
         f"the detail should name the worker, found {verdict.detail!r}"
     )
-    assert re.search(rf"rank \d, tests/dryrun_workers.py:\d+ in {worker.__name__}", verdict.detail)
+    # the line that broke the rule: the worker's own, or its comm hook's (called from backward)
+    assert re.search(r"rank \d, tests/dryrun_workers.py:\d+ in \w+", verdict.detail), (
+        f"the detail should give the rank and the worker's line, found {verdict.detail!r}"
+    )
+
+
+def test_the_checks_see_what_ddps_reducer_sends_from_cpp() -> None:
+    verdict = dry_run(toy.reducer_seen_worker, 2)
+    assert verdict.text == "device-checked", f"expected the Reducer's all-reduce seen: {verdict}"
 
 
 def test_an_unanswered_cuda_call_is_a_stop_not_a_pass() -> None:

@@ -1,7 +1,8 @@
 """A device dry run: a worker's GPU code path (NCCL, `cuda:<rank>`), checked on a CPU machine.
 
-Used by: tests/test_dryrun.py (every worker a GPU-designed notebook hands to `launch`) and
-tools/gpu_check.py. CPU only: on a machine with CUDA, run the worker on the GPUs instead.
+Used by: tests/test_dryrun.py, on every worker a GPU-designed notebook hands to `launch`
+(tests/dryrun_audit.py; `make test-gpu` runs the same workers on real GPUs). CPU only: on a
+machine with CUDA, run the worker on the GPUs instead.
 
     verdict = dry_run(fn, world_size, args)   # fn(rank, world_size, *args), the same worker code
     verdict.kind      # "device-checked", "checked up to" or "fails"
@@ -67,6 +68,7 @@ BACKEND = "dryrun"  # the PrivateUse1 name C++ sees
 _MARK = "dry run:"  # every DeviceCheckError message starts with it (it survives C++ re-raises)
 _STOP = "DryRunStop"
 _HERE = Path(__file__).resolve()
+_LAUNCH = _HERE.with_name("launch.py")
 _TORCH = Path(torch.__file__).resolve().parent
 
 
@@ -247,17 +249,18 @@ class OnDevice(torch.Tensor):
 
 
 def _worker_frame() -> str:
-    """file:line function of the innermost frame outside torch and this module."""
-    for frame in reversed(traceback.extract_stack()):
+    """The worker's frames (outside torch, this module and the launcher), innermost last."""
+    chain = []
+    for frame in traceback.extract_stack():
         path = Path(frame.filename).resolve()
-        if path == _HERE or _TORCH in path.parents or "<frozen" in frame.filename:
+        if path in (_HERE, _LAUNCH) or _TORCH in path.parents or "<" in frame.filename:
             continue
         try:
             where = path.relative_to(Path.cwd())
         except ValueError:
             where = path.name
-        return f"{where}:{frame.lineno} in {frame.name}"
-    return "?"
+        chain.append(f"{where}:{frame.lineno} in {frame.name}")
+    return " > ".join(chain[-4:]) or "?"
 
 
 def _name(device: torch.device) -> str:
@@ -277,6 +280,7 @@ class DeviceRules:
         self.rank = rank
         self.own = torch.device("cuda", rank)
         self._pinned: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+        self.collectives: list[str] = []  # every c10d op checked, in order (the tests read it)
 
     def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
         """Remember `tensor` as pinned (is_pinned() is True for it, as for CUDA's pinned memory)."""
@@ -312,6 +316,7 @@ class DeviceRules:
         if name == "aten.is_pinned.default":
             return any(t is args[0] for t in self._pinned)
         if func.namespace == "c10d":
+            self.collectives.append(name)
             if cpu and name != "c10d.barrier.default":  # NCCL's barrier makes its own tensor
                 self.fail(
                     func,
