@@ -3,7 +3,8 @@
 # 09.1 The environment variables `init_process_group(init_method="env://")` reads.
 # show_source(torch.distributed.rendezvous._env_rendezvous_handler) calls
 # `_get_env_or_raise(...)` for RANK and WORLD_SIZE (unless they were passed as arguments), then
-# MASTER_ADDR and MASTER_PORT: where rank 0's TCPStore listens. torchrun sets more (section 5's
+# MASTER_ADDR and MASTER_PORT: where the store listens (rank 0's without torchrun, the agent's under
+# torchrun, 09 section 6). torchrun sets more (section 5's
 # `worker_env`): LOCAL_RANK and TORCHELASTIC_RESTART_COUNT are for the script (device choice,
 # resume), not for env://.
 ENV_NAMES = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}

@@ -47,7 +47,8 @@ _SET_BY_TORCHRUN_FOR_THE_SCRIPT = {
     ),
     "TORCHELASTIC_USE_AGENT_STORE": N_(
         "TORCHELASTIC_USE_AGENT_STORE is optional: the store env:// builds "
-        "(`_create_c10d_store`) only looks whether it is set, to decide who hosts the store; "
+        "(`_create_c10d_store`) only looks whether it is the string `True` (torchrun sets it to "
+        "`True` or `False`), to decide who hosts the store; "
         "`_get_env_or_raise` never asks for it"
     ),
     "LOCAL_WORLD_SIZE": N_("LOCAL_WORLD_SIZE is set by torchrun, but env:// does not read it"),
