@@ -44,3 +44,26 @@ def test_gpu_designed_notebooks_come_from_course_toml() -> None:
     designed = gpu_check.gpu_designed()
     assert {"04", "05", "06", "07", "08"} <= designed, f"expected 04-08 among {designed}"
     assert "00" not in designed, f"00 runs on CPU only, found {designed}"
+
+
+def test_junit_outcomes_name_the_failing_cell_and_its_error(tmp_path: Path) -> None:
+    # the shape pytest --nbval-lax writes (measured on a two-cell notebook): ESC as "#x1B"
+    failure = (
+        "#x1B[91mNotebook cell execution failed#x1B[0m\n#x1B[94mCell 1: Cell execution caused "
+        "an exception\n\nInput:\n#x1B[0massert False, 'boom'\n\n#x1B[31mAssertionError#x1B[39m"
+        "    Traceback (most recent call last)\n#x1B[31mAssertionError#x1B[39m: boom: expected 1"
+    )
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">'
+        '<testcase classname="notebooks.04_tiny.ipynb" name="Cell 0" />'
+        f'<testcase classname="notebooks.04_tiny.ipynb" name="Cell 1"><failure message="x">'
+        f"{failure}</failure></testcase>"
+        '<testcase classname="notebooks.05_fine.ipynb" name="Cell 0" />'
+        "</testsuite></testsuites>"
+    )
+    found = gpu_check.outcomes_from_junit(xml, ["04_tiny.ipynb", "05_fine.ipynb", "06.ipynb"])
+    assert found == {
+        "04_tiny.ipynb": ("failed", "Cell 1: AssertionError: boom: expected 1"),
+        "05_fine.ipynb": ("passed", ""),
+    }, f"expected 04 failed at its cell 1 with the assert's words and 05 passed, found {found}"
