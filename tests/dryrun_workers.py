@@ -79,3 +79,11 @@ def cpu_comm_hook_worker(rank: int, world_size: int) -> None:
 
     model.register_comm_hook(None, hook)
     model(torch.randn(4, 8, device=device)).sum().backward()
+
+
+def object_collective_worker(rank: int, world_size: int) -> list:
+    """all_gather_object: under NCCL its pickles travel as CUDA tensors of the rank."""
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, {"rank": rank})
+    assert gathered == [{"rank": r} for r in range(world_size)], f"found {gathered}"
+    return gathered

@@ -29,8 +29,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_a_device_correct_worker_passes() -> None:
-    verdict = dry_run(toy.right_worker, 2)
+@pytest.mark.parametrize("worker", [toy.right_worker, toy.object_collective_worker])
+def test_a_device_correct_worker_passes(worker) -> None:
+    verdict = dry_run(worker, 2)
     assert verdict.text == "device-checked", f"expected device-checked, found {verdict}"
 
 

@@ -37,7 +37,7 @@ What it cannot see (say so where a verdict depends on it):
   "dryrun" device), so a worker under it would run in full precision; `is_bf16_supported()`
   (device properties) stops it first.
 - Code that asks the backend's name: `dist.get_backend()` says "gloo", so a branch on "nccl"
-  (object collectives' staging device among them) takes its gloo path.
+  takes its gloo path (object collectives are told their device is CUDA, as under NCCL).
 - torch.compile and other tracers over the wrapper tensors: a stop, reported as such.
 - Pinned memory: `pin_memory()` and `pin_memory=True` give plain CPU memory (`is_pinned()`
   is True for it): no asynchronous copies.
@@ -128,6 +128,10 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
     cuda.set_device = set_device
     cuda.synchronize = lambda device=None: None
     cuda.get_device_capability = lambda device=None: (9, 0)  # an H100/H200 (FP8 paths: sm90)
+    # object collectives stage their pickles on the group's device: CUDA under NCCL
+    import torch.distributed.distributed_c10d as c10d
+
+    c10d._get_object_coll_device = lambda group=None: "cuda"
     # the machine's accelerator is CUDA (registering the "dryrun" backend would make it that)
     torch._C._get_accelerator = lambda check=False: torch.device("cuda")
     torch.accelerator.current_accelerator = lambda check_available=False: torch.device("cuda")
