@@ -39,6 +39,9 @@ What it cannot see (say so where a verdict depends on it):
 - Code that asks the backend's name: `dist.get_backend()` says "gloo", so a branch on "nccl"
   takes its gloo path (object collectives are told their device is CUDA, as under NCCL).
 - torch.compile and other tracers over the wrapper tensors: a stop, reported as such.
+- Streams and events: `torch.cuda.Stream`, `Event`, `current_stream`, `stream(...)` are one
+  in-order queue (every op runs at once, in program order): a missing `wait_stream` or
+  `record_stream` (a race on a real GPU) is not seen.
 - Pinned memory: `pin_memory()` and `pin_memory=True` give plain CPU memory (`is_pinned()`
   is True for it): no asynchronous copies.
 - CUDA-only kernels (SyncBatchNorm's `batch_norm_stats`): no CPU twin, a stop.
@@ -48,6 +51,7 @@ checked up to that call, and nothing after it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -128,6 +132,12 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
     cuda.set_device = set_device
     cuda.synchronize = lambda device=None: None
     cuda.get_device_capability = lambda device=None: (9, 0)  # an H100/H200 (FP8 paths: sm90)
+    # streams and events: the dry run runs every op at once, in program order, so a stream is
+    # one queue and an event is always complete (what streams would reorder is not checked)
+    cuda.Stream = _Stream
+    cuda.Event = _Event
+    cuda.current_stream = cuda.default_stream = lambda device=None: _Stream()
+    cuda.stream = lambda stream=None: contextlib.nullcontext(stream)
     # object collectives stage their pickles on the group's device: CUDA under NCCL
     import torch.distributed.distributed_c10d as c10d
 
@@ -166,6 +176,40 @@ def _indexed(device: Any) -> Any:
         if parsed.type == "cuda" and parsed.index is None:
             return torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+class _Stream:
+    """torch.cuda.Stream in the dry run: one in-order queue (see _answer_cuda_queries)."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.priority = priority
+
+    def wait_stream(self, stream: Any) -> None: ...
+    def wait_event(self, event: Any) -> None: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool:
+        return True
+
+    def record_event(self, event: Any = None) -> _Event:
+        return event if event is not None else _Event()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Stream)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+class _Event:
+    """torch.cuda.Event in the dry run: always complete."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    def record(self, stream: Any = None) -> None: ...
+    def wait(self, stream: Any = None) -> None: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool:
+        return True
 
 
 def _built_then_moved(build: Callable[..., Any]) -> Callable[..., Any]:
@@ -317,6 +361,8 @@ class DeviceRules:
         target = self.target(kwargs.get("device"))
         if name == "aten._pin_memory.default":  # pinned memory is plain CPU memory here
             return self.pinned(args[0].clone())
+        if name == "aten.record_stream.default":  # one stream: nothing to record
+            return None
         if name == "aten.is_pinned.default":
             return any(t is args[0] for t in self._pinned)
         if func.namespace == "c10d":
