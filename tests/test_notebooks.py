@@ -265,24 +265,9 @@ def test_unshown_worker_names_the_function() -> None:
     ]
 
 
-#: Notebooks whose excerpts still cut with after=N. The list only shrinks: a notebook leaves it
-#: when its excerpts are cut by name, and a listed notebook with no such cut fails, so the entry
-#: cannot outlive the cuts it excuses.
-EXCERPTS_STILL_COUNTED: set[str] = {
-    "01_torch_compile_entry",
-    "02_dynamo_bytecode_guards_graph_breaks",
-    "03_aot_autograd_and_inductor",
-    "10_onnx_export",
-    "11_onnx_custom_operators",
-}
-
-
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
 def test_excerpts_are_cut_by_name(nb: Path) -> None:
     problems = excerpts_cut_by_count(_cells(nb))
-    if nb.stem in EXCERPTS_STILL_COUNTED:
-        assert problems, f"{nb.name}: no after= cut left; remove it from EXCERPTS_STILL_COUNTED"
-        return
     assert not problems, f"{nb.name}: excerpts cut by a line count\n" + "\n".join(problems)
 
 
@@ -302,8 +287,6 @@ def test_excerpt_rule_names_the_cell_and_reads_calls_not_text() -> None:
         "the whole definition",
     ]
     assert excerpts_cut_by_count(GOOD) == [], "the rule rejects a notebook without after= cuts"
-    unknown = EXCERPTS_STILL_COUNTED - {p.stem for p in NOTEBOOKS}
-    assert not unknown, f"EXCERPTS_STILL_COUNTED names no notebook: {sorted(unknown)}"
 
 
 # --------------------------------------------------------------------------------------------
