@@ -33,11 +33,13 @@ What it does, in the order a reader meets it in `main`:
   epoch: no epoch lost, none repeated (the history records which attempt ran each epoch). A
   restart is seen from the largest TORCHELASTIC_RESTART_COUNT over the ranks; one for a
   membership change alone (every group healthy, a node joining) leaves it 0 everywhere and
-  starts over unless `--resume` is given (a missing file is then an error). The
+  does what the launch did, since torchrun starts every group with the launch's arguments:
+  it starts over, or loads the `--resume` file, which must exist at launch (a missing file
+  is an error), so a job launched fresh starts over. The
   resume is exact: the RNG states are restored and never reseeded, and the DataLoader's
   worker seeds come from (seed, rank, epoch), so the resumed run computes what the
-  uninterrupted one computed, bit for bit (tests/test_train_ddp.py checks it with dropout,
-  augmentation and two DataLoader workers);
+  uninterrupted one computed, bit for bit on CPU (tests/test_train_ddp.py checks it with
+  dropout, augmentation and two DataLoader workers);
 - every checkpoint is read with `torch.load(weights_only=True)`; a truncated, foreign or
   malicious file raises CheckpointError with a one-line reason. Only rank 0 reads the file;
   its bytes are broadcast, so nodes need no shared file system to resume.
@@ -201,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue from a checkpoint (no PATH: <out-dir>/last.pt; a missing file is an "
         "error); a torchrun restart that some node counted (TORCHELASTIC_RESTART_COUNT > 0) "
         "resumes from <out-dir>/last.pt automatically, one for a membership change alone "
-        "(the count stays 0) starts over unless --resume is given",
+        "(the count stays 0) does what the launch did: starts over, or loads the --resume "
+        "file, which must exist at launch",
     )
     p.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     return p
@@ -767,8 +770,10 @@ def _build(args: argparse.Namespace, info: RankInfo) -> _Run:
 def _resume(args: argparse.Namespace, info: RankInfo, run: _Run) -> tuple[int, list[dict]]:
     """Load a checkpoint if there is one to continue from; return (epochs done, history).
 
-    A torchrun restart reads out-dir's last.pt first (so it never goes back to an older
-    --resume file). The RNG states are restored last and nothing reseeds after them.
+    A restart that some node counted (TORCHELASTIC_RESTART_COUNT > 0 on some rank) reads
+    out-dir's last.pt first, so it does not go back to an older --resume file; a restart for a
+    membership change alone is not counted and loads the --resume file (or starts over) as the
+    launch did. The RNG states are restored last and nothing reseeds after them.
     """
     candidates = []
     if info.attempt > 0:
