@@ -344,3 +344,58 @@ def test_gpu_label_only_where_the_notebook_would_use_gpus() -> None:
     gloo = "# 16 · P\n\nEvery launch asks for gloo, so on a GPU machine it runs on the CPU\ntoo."
     assert C.runs_on_problems(labelled, {16: gloo}), "a gloo-only notebook passed as GPU-ready"
     assert C.runs_on_problems(labelled, {16: "# 16 · P\n\nWith GPUs it takes NCCL."}) == []
+
+
+def test_runs_on_labels_come_from_the_dry_run_verdicts() -> None:
+    """Each notebook's "runs on" label against the verdict table (src/helpers/dryrun_verdicts.json),
+    derived here independently: every audited worker of a GPU-designed notebook device-checked,
+    some stopped, or all launched with gloo."""
+    verdicts = C.load_verdicts()
+    labels = DATA["runs_on"]
+    wrong = []
+    for n, nb in sorted(COURSE.notebooks.items()):
+        mine = [v for k, v in verdicts.items() if k.startswith(f"{n:02d} ")]
+        gpu = [v for v in mine if not v.startswith("CPU only: ")]
+        if nb.design == "cpu" or (mine and not gpu):
+            key = "cpu"
+        elif not mine:
+            key = "not-checked"
+        elif any(v.startswith("fails: ") for v in gpu):
+            key = "fails"
+        elif all(v == "device-checked" for v in gpu):
+            key = "device-checked"
+        else:
+            key = "in-part"
+        if nb.runs_on != dict(zip(C.LANGS, labels[key], strict=True)):
+            wrong.append(f"notebook {n:02d}: label {nb.runs_on['en']!r}, verdicts say {key!r}")
+    assert not wrong, "\n".join(wrong)
+    assert not C.design_problems(COURSE, verdicts), C.design_problems(COURSE, verdicts)
+
+
+@pytest.mark.parametrize(
+    "verdicts, key",
+    [
+        ({"16 a": "device-checked", "16 b": "device-checked"}, "device-checked"),
+        ({"16 a": "device-checked", "16 b": "checked up to f (NameError: x)"}, "in-part"),
+        ({"16 a": "checked up to f (x)", "16 b": "fails: aten.add cpu and cuda"}, "fails"),
+        ({"16 a": "CPU only: the notebook launches it with backend='gloo'"}, "cpu"),
+        ({"04 a": "device-checked"}, "not-checked"),
+    ],
+    ids=["all checked", "a stop", "a failure", "gloo only", "no worker"],
+)
+def test_a_verdict_table_gives_the_label_it_shows(verdicts, key) -> None:
+    course = C.parse(
+        {
+            "runs_on": DATA["runs_on"],
+            "notebook": [{"number": 16, "title": "T", "summary": "s", "runs_on": "gpu-designed"}],
+            "path": [{"notebooks": [16]}],
+        },
+        verdicts,
+    )
+    assert course.notebooks[16].runs_on["en"] == DATA["runs_on"][key][0], course.notebooks[16]
+    gloo = {"16 a": "CPU only: the notebook launches it with backend='gloo'"}
+    assert C.design_problems(course, gloo), "a gloo-only notebook passed as GPU-designed"
+    gloo_design = {"number": 16, "title": "T", "summary": "s", "runs_on": "cpu"}
+    data = {"runs_on": DATA["runs_on"], "notebook": [gloo_design], "path": [{"notebooks": [16]}]}
+    label = C.parse(data, verdicts).notebooks[16].runs_on["en"]
+    assert label == "CPU", f"a notebook whose launches ask for gloo got {label!r}"

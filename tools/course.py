@@ -27,6 +27,7 @@ tests/test_course.py fails, naming the notebook or file, where any of these diff
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import textwrap
@@ -36,6 +37,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "notebooks" / "course.toml"
+#: the device dry run's verdict per audited worker ("NN name": verdict), kept true by
+#: tests/test_dryrun.py; the "runs on" column is generated from it
+VERDICTS = ROOT / "src" / "helpers" / "dryrun_verdicts.json"
 NOTEBOOKS = ROOT / "notebooks"
 LANGS = ("en", "zh")
 WIDTH = 100  # markdown lines are wrapped at 100 columns where the cell wraps at all
@@ -72,9 +76,10 @@ class Notebook:
     number: int
     title: dict[str, str]
     summary: dict[str, str]
-    runs_on: dict[str, str]
+    runs_on: dict[str, str]  # the label, from the dry run's verdicts (runs_on_key)
     also: dict[str, str]
     requires: list[Requirement]
+    design: str = "cpu"  # course.toml's runs_on: "gpu-designed" where the cells would take NCCL
 
 
 @dataclass
@@ -98,16 +103,44 @@ def _pair(d: dict, key: str) -> dict[str, str]:
     return {"en": d.get(key, ""), "zh": d.get(key + "_zh", "")}
 
 
-def parse(data: dict) -> Course:
-    """A Course from the parsed TOML (tests build synthetic ones the same way)."""
+def load_verdicts(path: Path = VERDICTS) -> dict[str, str]:
+    return json.loads(path.read_text())
+
+
+def runs_on_key(number: int, design: str, verdicts: dict[str, str]) -> str:
+    """The [runs_on] label a notebook gets from the dry run's verdicts of its workers (the
+    verdict table's names start with the notebook number). "cpu" where course.toml's design is
+    "cpu" (its launches ask for gloo: a verdict there is of a GPU path the notebook does not take)
+    or where every worker is launched with gloo ("CPU only: ..."); "not-checked" where it is
+    GPU-designed but no worker of it is audited (09's torchrun script); else "fails" if any worker
+    fails, "in-part" if any stops ("checked up to ..."), "device-checked" if every one is."""
+    if design == "cpu":
+        return "cpu"
+    found = [v for k, v in verdicts.items() if k[:2] == nn(number)]
+    gpu = [v for v in found if not v.startswith("CPU only")]
+    if not gpu:
+        return "cpu" if found else "not-checked"
+    if any(v.startswith("fails") for v in gpu):
+        return "fails"
+    if any(v != "device-checked" for v in gpu):
+        return "in-part"
+    return "device-checked"
+
+
+def parse(data: dict, verdicts: dict[str, str] | None = None) -> Course:
+    """A Course from the parsed TOML and the dry run's verdicts (the stored table unless given;
+    tests build synthetic ones the same way)."""
     labels = data["runs_on"]
+    verdicts = load_verdicts() if verdicts is None else verdicts
     notebooks = {}
     for nb in data["notebook"]:
+        key = runs_on_key(nb["number"], nb["runs_on"], verdicts)
         notebooks[nb["number"]] = Notebook(
             number=nb["number"],
             title=_pair(nb, "title"),
             summary=_pair(nb, "summary"),
-            runs_on=dict(zip(LANGS, labels[nb["runs_on"]], strict=True)),
+            design=nb["runs_on"],
+            runs_on=dict(zip(LANGS, labels[key], strict=True)),
             also=_pair(nb, "also"),
             requires=[
                 Requirement(r["number"], _pair(r, "reason"), tuple(r["terms"]))
@@ -454,15 +487,29 @@ CPU_EVERYWHERE = re.compile(r"runs on the CPU too")
 
 
 def runs_on_problems(course: Course, titles: dict[int, str]) -> list[str]:
-    """A notebook labelled "GPU as designed" whose title cell says it runs on the CPU there too."""
+    """A notebook with a GPU label whose title cell says it runs on the CPU there too."""
     return [
-        f"notebook {nn(n)}: course.toml says {course.notebooks[n].runs_on['en']!r}, but its "
+        f"notebook {nn(n)}: its label is {course.notebooks[n].runs_on['en']!r}, but its "
         'title cell says it runs on the CPU on a GPU machine too (runs_on = "cpu")'
         for n, title in sorted(titles.items())
         if n in course.notebooks
         and course.notebooks[n].runs_on["en"] != "CPU"
         and CPU_EVERYWHERE.search(normalized(title))
     ]
+
+
+def design_problems(course: Course, verdicts: dict[str, str]) -> list[str]:
+    """course.toml's runs_on against the dry run's table: a "gpu-designed" notebook with audited
+    workers must have one that takes the GPU path (not all launched with gloo)."""
+    found = []
+    for n, nb in sorted(course.notebooks.items()):
+        mine = [v for k, v in verdicts.items() if k[:2] == nn(n)]
+        if mine and nb.design == "gpu-designed" and all(v.startswith("CPU only") for v in mine):
+            found.append(
+                f"notebook {nn(n)}: course.toml says gpu-designed, but every audited worker of "
+                'it is launched with gloo ("CPU only"): runs_on = "cpu"'
+            )
+    return found
 
 
 def prereq_problems(course: Course, number: int, title_cell: str, name: str) -> list[str]:
@@ -535,6 +582,7 @@ def problems(course: Course | None = None) -> list[str]:
     found += reason_problems(course, texts)
     titles = {n: _markdown(_read_nb(path))[0]["source"] for n, path in files.items()}
     found += runs_on_problems(course, titles)
+    found += design_problems(course, load_verdicts())
     for n, path in files.items():
         if n in course.notebooks:
             found += prereq_problems(course, n, titles[n], path.name)
