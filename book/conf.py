@@ -7,7 +7,7 @@ The source folder is not this one: `tools/book.py` stages a copy of the reposito
 notebooks) resolve in the book too. A second language is a second staging folder built with
 `-D language=<code>` into a subfolder of the output: nothing here names the notebooks.
 
-The language switch on every page (issue 15) links the same page in the other edition.
+The language switch on every page links the same page in the other edition.
 `tools/book.py` tells each build where that edition is and which pages it has, as `html_context`
 values (`sphinx-build -A`): `peer_prefix` (the other edition's root, relative to this one's root:
 `zh/` from English, `../` from Chinese), `peer_docs` (its page names, comma-separated),
