@@ -1,9 +1,9 @@
 """Tensor and sequence parallelism: Megatron's f and g from scratch, then DTensor.
 
-Used by: notebook 15. Workers run under `helpers.launch` with gloo on the CPU (the notebook asks
-for gloo). The GPU path is not device-correct yet: under NCCL the memory pass builds its weight
-shards on the CPU, `_scratch_mlp_counts` runs on CPU tensors, and under the tensor-parallel plan
-the DTensor block's LayerNorm stays a CPU module; no NCCL run is claimed. Every
+Used by: notebook 15 (and 17, `layer_worker`). Workers run under `helpers.launch` with gloo on
+the CPU (the notebook asks for gloo). `tensor_parallel_worker` and `dtensor_worker` make every
+tensor and module on `helpers.launch.current_device()`, the launcher's device: device-checked on
+CPU (the dry run, `helpers.dryrun`), not yet run on a GPU; `layer_worker` builds on the CPU. Every
 rank builds the same seeded transformer layer (`make_layer`), keeps its shard of it, and returns
 plain Python data (losses, gradients as lists, byte counts), never tensors.
 
@@ -481,7 +481,7 @@ def tensor_parallel_worker(rank: int, world_size: int) -> dict[str, Any]:
         shards = {k: v.detach().requires_grad_() for k, v in shards.items()}
         results[name] = _run(shards, x, masks, rank, world_size, **kw)
     # activation memory in bf16 (the paper's 2-byte values), forward only
-    layer16 = make_layer(dtype=torch.bfloat16)
+    layer16 = make_layer(dtype=torch.bfloat16).to(device)
     x16 = layer_input(dtype=torch.bfloat16).to(device).requires_grad_()
     memory = {}
     for name, sequence in (("tp", False), ("sp", True)):
@@ -532,7 +532,9 @@ def mlp_block_reference(seed: int = 0) -> dict[str, Any]:
 
 
 def parallel_mlp_block(mesh, sequence: bool = False) -> MLPBlock:
-    """MLPBlock through parallelize_module: Colwise fc1, Rowwise fc2 (and SequenceParallel LN)."""
+    """MLPBlock on the mesh's device through parallelize_module: Colwise fc1, Rowwise fc2 (and
+    SequenceParallel LN). The tensor-parallel plan does not name the LayerNorm, so the whole
+    block is moved to the mesh's device first."""
     from torch.distributed.tensor import Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -548,7 +550,7 @@ def parallel_mlp_block(mesh, sequence: bool = False) -> MLPBlock:
             "fc1": ColwiseParallel(input_layouts=Shard(0)),
             "fc2": RowwiseParallel(output_layouts=Shard(0)),
         }
-    return parallelize_module(MLPBlock(make_layer()), mesh, plan)
+    return parallelize_module(MLPBlock(make_layer()).to(mesh.device_type), mesh, plan)
 
 
 def comm_counts(comm) -> dict[str, int]:
@@ -629,10 +631,12 @@ def dtensor_worker(rank: int, world_size: int) -> dict[str, Any]:
 
 def _scratch_mlp_counts(layer, rank, world_size, sequence) -> dict[str, dict[str, int]]:
     """The from-scratch MLP block's collectives, per phase, counted from COMM_LOG."""
-    shards = shard_layer(layer, rank, world_size)
-    ones = {k: torch.ones_like(v) for k, v in dropout_masks().items()}
+    device = current_device()
+    shards = {k: v.to(device).detach().requires_grad_()
+              for k, v in shard_layer(layer, rank, world_size).items()}  # fmt: skip
+    ones = {k: torch.ones_like(v, device=device) for k, v in dropout_masks().items()}
     local = _local_masks(ones, rank, world_size, sequence)
-    x = layer_input()
+    x = layer_input().to(device)
     if sequence:
         x = x[rank * (SEQ // world_size) : (rank + 1) * (SEQ // world_size)]
     COMM_LOG.clear()
