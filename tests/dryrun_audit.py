@@ -1,15 +1,20 @@
-"""The workers the GPU-designed notebooks hand to `launch`, with the notebooks' arguments.
+"""The workers the GPU-designed notebooks hand to `launch`, each at one world size and one
+argument set.
 
 tests/test_dryrun.py runs each through `helpers.dryrun.dry_run` and compares the verdict with
-src/helpers/dryrun_verdicts.json. Each entry: name -> (worker, world size, args), the smallest
-world size the notebook launches it with. A harness that runs several workers in one launch
-(`helpers.ddp.jobs_worker`) is audited through the workers it runs. 15's composite worker is
-audited whole (it stops at its first breach) and through the two functions it calls that hold
-the second and third device faults found by reading it (CPU tensors to collectives, the
-DTensor plan's CPU LayerNorm), called with the arguments the worker passes.
-Not audited: 09's `helpers.train_ddp` (a torchrun script that picks its device from `--device`
-and LOCAL_RANK and makes its own process group: not a `launch` worker) and the exercises'
-reader-written workers. `python tests/dryrun_audit.py` prints every verdict as the table's JSON.
+src/helpers/dryrun_verdicts.json. Each entry: name -> (worker, world size, args). The world
+size and arguments are not always the notebook's: 05's `algorithms_vs_library_worker` runs at
+2 ranks without the extra cases (the notebook also launches it at 3 ranks with them, and at 4);
+07's `checks_worker` runs at 2 ranks with `_syncbn_2()` (the notebook: 4 ranks, its own
+scenarios). What the audit did not run is not device-checked. A harness that runs several
+workers in one launch (`helpers.ddp.jobs_worker`) is audited through the workers it runs.
+15's composite worker is audited whole (it stops at its first breach) and through the two
+functions it calls that hold the second and third device faults found by reading it (CPU
+tensors to collectives, the DTensor plan's CPU LayerNorm), called with the arguments the worker
+passes. Not audited: 09's `helpers.train_ddp` (a torchrun script that picks its device from
+`--device` and LOCAL_RANK and makes its own process group: not a `launch` worker), the
+exercises' reader-written workers, and 06's exercise worker `unused_loop_worker`
+(`helpers.exercises.nb06`). `python tests/dryrun_audit.py` prints every verdict as the table's JSON.
 """
 
 from __future__ import annotations

@@ -87,3 +87,38 @@ def object_collective_worker(rank: int, world_size: int) -> list:
     dist.all_gather_object(gathered, {"rank": rank})
     assert gathered == [{"rank": r} for r in range(world_size)], f"found {gathered}"
     return gathered
+
+
+def caught_breach_worker(rank: int, world_size: int) -> str:
+    """A CPU tensor to all_reduce, its error caught and kept as a result: still a breach."""
+    try:
+        dist.all_reduce(torch.ones(4))
+    except RuntimeError as err:
+        return str(err)
+    return "no error"
+
+
+def gloo_group_worker(rank: int, world_size: int) -> float:
+    """CPU tensors to a collective on a group made with backend="gloo": right under NCCL too."""
+    gloo = dist.new_group(backend="gloo")
+    t = torch.full((4,), float(rank))
+    dist.all_reduce(t, group=gloo)
+    assert t.tolist() == [world_size * (world_size - 1) / 2] * 4, f"found {t.tolist()}"
+    return t.sum().item()
+
+
+def funcol_cpu_worker(rank: int, world_size: int) -> None:
+    """A functional collective (what DTensor and torch.compile issue) on a CPU tensor."""
+    import torch.distributed._functional_collectives as funcol
+
+    funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD)
+
+
+def funcol_gloo_group_worker(rank: int, world_size: int) -> list:
+    """A functional collective on CPU tensors of a group made with backend="gloo": right."""
+    import torch.distributed._functional_collectives as funcol
+
+    gloo = dist.new_group(backend="gloo")
+    out = funcol.all_reduce(torch.full((2,), float(rank)), "sum", gloo)
+    assert out.tolist() == [world_size * (world_size - 1) / 2] * 2, f"found {out.tolist()}"
+    return out.tolist()

@@ -29,7 +29,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.mark.parametrize("worker", [toy.right_worker, toy.object_collective_worker])
+@pytest.mark.parametrize(
+    "worker",
+    [
+        toy.right_worker,
+        toy.object_collective_worker,
+        toy.gloo_group_worker,
+        toy.funcol_gloo_group_worker,
+    ],
+)
 def test_a_device_correct_worker_passes(worker) -> None:
     verdict = dry_run(worker, 2)
     assert verdict.text == "device-checked", f"expected device-checked, found {verdict}"
@@ -43,6 +51,8 @@ def test_a_device_correct_worker_passes(worker) -> None:
         (toy.cuda0_worker, "aten.ones", "a tensor on cuda:0 on rank 1"),
         (toy.ddp_cpu_module_worker, "c10d.", "a cpu tensor"),
         (toy.cpu_comm_hook_worker, "c10d.allreduce_", "a cpu tensor (36,) handed"),
+        (toy.caught_breach_worker, "c10d.allreduce_", "a cpu tensor (4,) handed"),
+        (toy.funcol_cpu_worker, "_c10d_functional.all_reduce", "a cpu tensor (4,) handed"),
     ],
 )
 def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op: str, words: str) -> None:

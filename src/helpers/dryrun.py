@@ -11,20 +11,36 @@ machine with CUDA, run the worker on the GPUs instead.
 How it works (each piece measured on torch 2.13.0+cpu):
 - The ranks are real processes under `helpers.launch.launch` with gloo, so collectives carry
   real values and every value-dependent step (`.item()`, `.tolist()`, asserts on values) runs:
-  nothing is faked, nothing is skipped. Inside each rank `helpers.launch._device` is set to
-  `cuda:<rank>`, what the launcher sets under NCCL, so the worker takes its GPU branch.
+  no value is faked, no step skipped (but see torch.compile below). Inside each rank
+  `helpers.launch._device` is set to `cuda:<rank>`, what the launcher sets under NCCL, so the
+  worker takes its GPU branch.
 - A tensor "on the GPU" is a wrapper subclass (like DTensor) around a CPU tensor, carrying its
   logical device `cuda:<k>`. Python sees `t.device == cuda:<k>`; C++ (autograd, DDP's Reducer)
   sees PrivateUse1 device 0, registered as the Python backend "dryrun"
   (`torch.utils.backend_registration._setup_privateuseone_for_python_backend`): a fake CUDA
   device would abort the process in autograd ("not linked with support for cuda devices"),
   and that backend's device guard counts one device, so the rank's index lives in the wrapper.
-- A TorchDispatchMode sees every ATen op (factories with `device="cuda"` included) and every
-  c10d op, from Python or from C++ (DDP's Reducer and its broadcasts go through the dispatcher
-  too), and enforces what CUDA and NCCL would: the tensors of one op share one device (CPU
-  0-dim tensors and index tensors allowed, as CUDA allows them; copies may cross devices), every
-  CUDA tensor is on the rank's own device, and a collective gets only CUDA tensors of the rank.
-  A breach raises `DeviceCheckError` naming the op, the devices and the worker's line.
+- A TorchDispatchMode sees every ATen op (factories with `device="cuda"` included), every
+  c10d op and every functional collective (`_c10d_functional`, `_c10d_functional_autograd`:
+  what DTensor, SyncBatchNorm's functional all-reduce and compiled DDP issue), from Python or
+  from C++ (DDP's Reducer and its broadcasts go through the dispatcher too; not the c10d op a
+  functional collective's kernel issues inside the mode's handler), and enforces:
+  - the tensors of one op share one device, except: copies (`_to_copy`, `copy_`,
+    `lift_fresh`) may cross devices; any op may take 0-dim CPU tensors next to CUDA ones; and
+    `index`, `index_put(_)` may take CPU tensors of any size (indices and values alike). Both
+    exceptions are wider than CUDA's: CUDA takes a 0-dim CPU tensor only in ops whose kernel
+    handles CPU scalars (TensorIterator ops; `index_select` with a 0-dim CPU index raises on
+    CUDA and passes here);
+  - every CUDA tensor is on the rank's own device;
+  - a collective (a c10d op, or a functional collective: an op of those namespaces with a
+    `group_name`) gets only CUDA tensors of the rank, as NCCL does, unless its group was made
+    with `dist.new_group(backend="gloo")`: CPU tensors are right there under NCCL too.
+  A breach raises `DeviceCheckError` naming the op, the devices and the worker's line, and is
+  recorded first: a worker that catches it (an `except RuntimeError` round a collective) still
+  gets "fails", with the first breach.
+- "device-checked" means the worker ran to its end and no op broke these rules. It does not
+  prove the worker used the device: a worker whose tensors and modules never leave the CPU, and
+  whose collectives are object collectives, is device-checked too.
 
 What it cannot see (say so where a verdict depends on it):
 - CUDA's own kernels and libraries: a kernel missing for a dtype on CUDA, cuBLAS/cuDNN/NCCL
@@ -38,7 +54,12 @@ What it cannot see (say so where a verdict depends on it):
   (device properties) stops it first.
 - Code that asks the backend's name: `dist.get_backend()` says "gloo", so a branch on "nccl"
   takes its gloo path (object collectives are told their device is CUDA, as under NCCL).
-- torch.compile and other tracers over the wrapper tensors: a stop, reported as such.
+- torch.compile: Dynamo skips every frame while the dry run's dispatch mode is on the stack
+  (convert_frame.py: "non-infra torch dispatch mode present, this is not supported today in
+  torch.compile"), so a compiled function runs eagerly, unchecked as compiled code and not
+  reported as a stop; where Dynamo asks CUDA's runtime for the current device
+  (`torch._C._cuda_getDevice`, absent from the CPU build: 14's compile_worker) the run stops.
+  Other tracers: not tried.
 - Streams and events: `torch.cuda.Stream`, `Event`, `current_stream`, `stream(...)` are one
   in-order queue (every op runs at once, in program order): a missing `wait_stream` or
   `record_stream` (a race on a real GPU) is not seen.
@@ -315,6 +336,10 @@ def _name(device: torch.device) -> str:
     return str(device)
 
 
+# collectives: ProcessGroup methods (c10d) and functional collectives (DTensor, torch.compile)
+_COLLECTIVES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
+
+
 class DeviceRules:
     """The TorchDispatchMode body: the rules of CUDA and NCCL, enforced op by op."""
 
@@ -328,7 +353,9 @@ class DeviceRules:
         self.rank = rank
         self.own = torch.device("cuda", rank)
         self._pinned: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
-        self.collectives: list[str] = []  # every c10d op checked, in order (the tests read it)
+        self.collectives: list[str] = []  # every collective checked, in order (tests read it)
+        self.breaches: list[str] = []  # every breach raised, caught by the worker or not
+        self.gloo_groups: set[str] = set()  # names of groups made with new_group(backend="gloo")
 
     def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
         """Remember `tensor` as pinned (is_pinned() is True for it, as for CUDA's pinned memory)."""
@@ -336,7 +363,28 @@ class DeviceRules:
         return tensor
 
     def fail(self, func: Any, message: str) -> None:
-        raise DeviceCheckError(f"{_MARK} {func}: {message} [rank {self.rank}, {_worker_frame()}]")
+        text = f"{_MARK} {func}: {message} [rank {self.rank}, {_worker_frame()}]"
+        self.breaches.append(text)  # recorded first: a worker that catches it still fails
+        raise DeviceCheckError(text)
+
+    def on_gloo_group(self, func: Any, args: tuple, kwargs: dict, flat: list) -> bool:
+        """A collective on a group made with backend="gloo": CPU tensors are right there under
+        NCCL too. c10d ops carry the group itself, functional collectives its name."""
+        from torch._C._distributed_c10d import ProcessGroup
+
+        for i, arg in enumerate(func._schema.arguments):
+            if arg.name == "group_name":
+                value = args[i] if i < len(args) else kwargs.get("group_name")
+                return value in self.gloo_groups
+        for arg in flat:
+            if isinstance(arg, torch.ScriptObject):
+                try:
+                    group = ProcessGroup.unbox(arg)
+                except RuntimeError:
+                    continue
+                if group.group_name in self.gloo_groups:
+                    return True
+        return False
 
     def target(self, device: Any) -> torch.device | None:
         if device is None:
@@ -365,7 +413,14 @@ class DeviceRules:
             return None
         if name == "aten.is_pinned.default":
             return any(t is args[0] for t in self._pinned)
-        if func.namespace == "c10d":
+        # functional collectives name their group; their helpers (wait_tensor) are not sends
+        collective = func.namespace == "c10d" or (
+            func.namespace in _COLLECTIVES
+            and any(a.name == "group_name" for a in func._schema.arguments)
+        )
+        if collective and self.on_gloo_group(func, args, kwargs, flat):
+            self.collectives.append(name)  # gloo's rules: CPU tensors (and CUDA ones) allowed
+        elif collective:
             self.collectives.append(name)
             if cpu and name != "c10d.barrier.default":  # NCCL's barrier makes its own tensor
                 self.fail(
@@ -419,11 +474,29 @@ class DeviceRules:
             raise
         if pin:
             return self.pinned(out)
-        if out_device is None or func.namespace == "c10d" and not devices:
+        if out_device is None or collective and not devices:
             return out
         return tree_map(
             lambda t: OnDevice(t, out_device) if isinstance(t, torch.Tensor) else t, out
         )
+
+
+def _remember_gloo_groups(rules: DeviceRules) -> None:
+    """dist.new_group(backend="gloo") in the worker: its name joins `rules.gloo_groups`."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    make = c10d.new_group
+
+    @functools.wraps(make)
+    def new_group(*args: Any, **kwargs: Any) -> Any:
+        group = make(*args, **kwargs)
+        backend = kwargs.get("backend", args[2] if len(args) > 2 else None)
+        if group is not None and str(backend).lower() == "gloo":
+            rules.gloo_groups.add(group.group_name)
+        return group
+
+    c10d.new_group = dist.new_group = new_group
 
 
 def _mode(rank: int) -> Any:
@@ -431,6 +504,7 @@ def _mode(rank: int) -> Any:
 
     global _active
     rules = _active = DeviceRules(rank)
+    _remember_gloo_groups(rules)
 
     class DeviceRulesMode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
@@ -465,16 +539,16 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
     _install()
     _answer_cuda_queries(rank, world_size)
     helpers.launch._device = torch.device("cuda", rank)
+    mode = _mode(rank)
     try:
-        with _mode(rank):
+        with mode:
             fn(rank, world_size, *args)
     except BaseException as err:  # noqa: BLE001 - every end is a verdict
         text = f"{type(err).__name__}: {err}"
+        if _active.breaches:  # the first breach, even if the worker caught it and went on
+            raise DryRunStop(json.dumps(_breach_verdict(_active.breaches[0]))) from None
         if _MARK in text:
-            first = text[text.index(_MARK) + len(_MARK) :].strip().splitlines()[0]
-            op, _, rest = first.partition(": ")
-            what, _, where = rest.rpartition(" [")
-            verdict = {"kind": "fails", "what": f"{op} {what}", "detail": f"[{where}"}
+            verdict = _breach_verdict(text)
         else:
             verdict = {
                 "kind": "checked up to",
@@ -484,7 +558,17 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
                 + "".join(f"\n{note}" for note in getattr(err, "__notes__", ())),
             }
         raise DryRunStop(json.dumps(verdict)) from None
+    if _active.breaches:  # the worker caught every breach it met: it still fails
+        raise DryRunStop(json.dumps(_breach_verdict(_active.breaches[0])))
     return {"kind": "device-checked", "what": "", "detail": ""}
+
+
+def _breach_verdict(text: str) -> dict:
+    """The "fails" verdict of a DeviceCheckError's text (its first line after the mark)."""
+    first = text[text.index(_MARK) + len(_MARK) :].strip().splitlines()[0]
+    op, _, rest = first.partition(": ")
+    what, _, where = rest.rpartition(" [")
+    return {"kind": "fails", "what": f"{op} {what}", "detail": f"[{where}"}
 
 
 def verdict_of_result(values: Sequence[dict]) -> Verdict:
