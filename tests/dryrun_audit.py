@@ -4,7 +4,7 @@ argument set.
 tests/test_dryrun.py runs each through `helpers.dryrun.dry_run` and compares the verdict with
 src/helpers/dryrun_verdicts.json. Each entry: name -> (worker, world size, args). The world
 size and arguments are not always the notebook's: 05's `algorithms_vs_library_worker` runs at
-2 ranks without the extra cases (the notebook also launches it at 3 ranks with them, and at 4);
+2 ranks without the extra cases and at 3 ranks with them (the notebook also launches it at 4);
 07's `checks_worker` runs at 2 ranks with `_syncbn_2()` (the notebook: 4 ranks, its own
 scenarios). What the audit did not run is not device-checked. A harness that runs several
 workers in one launch (`helpers.ddp.jobs_worker`) is audited through the workers it runs.
@@ -97,6 +97,11 @@ def audit() -> dict[str, tuple]:
             ar.algorithms_vs_library_worker,
             2,
             (_cases_05(), 0, False),
+        ),
+        "05 algorithms_vs_library_worker (3 ranks, extras)": (
+            ar.algorithms_vs_library_worker,
+            3,
+            (_cases_05(), 0, True),
         ),
         "06 init_broadcast_worker": (ddp.init_broadcast_worker, 2, ()),
         "06 buffer_sync_worker": (ddp.buffer_sync_worker, 2, (ddp.BUFFER_SCHEDULE,)),
