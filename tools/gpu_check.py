@@ -2,7 +2,9 @@
 
 On a machine with CUDA: every notebook under `pytest --nbval-lax` (the GPU-designed ones, whose
 launches take NCCL with one GPU per rank, only where at least two GPUs are visible; with fewer
-they would run on gloo again and are reported skipped), then every worker of
+they would run on gloo again and are reported skipped; a launch with more ranks than the machine
+has GPUs still runs on gloo (`helpers.launch.choose_backend`: NCCL only when `gpus >= world_size`),
+so "passed" covers NCCL only for the launches that fit, as the report says), then every worker of
 tests/dryrun_audit.py launched for real with `backend="auto"` (NCCL where the machine has a GPU
 per rank, else skipped), and a report, `_build/gpu-report.md`: per notebook and per worker,
 passed, failed with the message, or skipped for too few GPUs. Budget: about ten minutes on one
@@ -38,7 +40,8 @@ NEEDS = (
     "make test-gpu needs a machine with at least one NVIDIA GPU and its driver "
     "(nvidia-smi lists the GPUs) and a CUDA build of the pinned torch (installed by this "
     "command into {cache} when the venv's torch is a CPU build); two or more GPUs for the "
-    "NCCL notebooks (04-09, 13, 14). Found: {found}."
+    "NCCL notebooks (04-09, 13, 14), and one GPU per rank for a launch to take NCCL (some "
+    "launch 4 ranks; with fewer GPUs those run on gloo). Found: {found}."
 )
 
 
@@ -207,7 +210,9 @@ def report(facts: dict, gpus: int, notebooks: list, workers: list) -> str:
         "# GPU check (`make test-gpu`)",
         "",
         f"torch {facts['version']}, {gpus} GPU(s); notebooks under `pytest --nbval-lax`, "
-        "workers launched with backend='auto'.",
+        "workers launched with backend='auto'. A launch takes NCCL only with one GPU per rank: "
+        f"with {gpus} GPU(s), a launch of more ranks ran on gloo, so a notebook's 'passed' covers "
+        "NCCL only for its launches of at most that many ranks.",
         "",
         "| notebook | outcome | message |",
         "|---|---|---|",
