@@ -16,7 +16,8 @@ SOLUTION_02_1 = (2, 1)
 # (3,): the first call compiles (1). (4,): size=[3] in TENSOR_MATCH fails; automatic dynamic
 # shapes recompile with dim 0 symbolic (2). (5, 1): the dynamic entry stands for "a 1-d tensor
 # of length at least 2" (sizes 0 and 1 stay specialized, section 5); a 2-d tensor fails it
-# (and the first entry), so Dynamo compiles a third time (3). Automatic dynamic makes sizes symbolic, never the number of dimensions.
+# (and the first entry), so Dynamo compiles a third time (3). Automatic dynamic makes sizes
+# symbolic, never the number of dimensions.
 SOLUTION_02_2 = [1, 2, 3]
 
 # 02.3 Which changes recompile.
