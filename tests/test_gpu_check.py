@@ -67,3 +67,21 @@ def test_junit_outcomes_name_the_failing_cell_and_its_error(tmp_path: Path) -> N
         "04_tiny.ipynb": ("failed", "Cell 1: AssertionError: boom: expected 1"),
         "05_fine.ipynb": ("passed", ""),
     }, f"expected 04 failed at its cell 1 with the assert's words and 05 passed, found {found}"
+
+
+def test_the_report_counts_each_notebook_launch_per_backend(monkeypatch, tmp_path: Path) -> None:
+    """helpers.launch appends a line per launch to PSR_LAUNCH_LOG; the report row counts them."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from helpers.launch import _log_launch  # noqa: PLC0415 - after the path
+
+    log = tmp_path / "nb.launches.jsonl"
+    monkeypatch.setenv("PSR_LAUNCH_LOG", str(log))
+    for n, asked, chosen in [(2, "auto", "nccl"), (4, "auto", "gloo"), (4, "auto", "gloo"),
+                             (2, "gloo", "gloo")]:  # fmt: skip
+        _log_launch(test_the_report_counts_each_notebook_launch_per_backend, n, asked, chosen)
+    found = gpu_check.launch_summary(log)
+    expected = (
+        "launches: 3 on gloo, 1 on nccl (backend='auto' but too few GPUs for NCCL: 4 ranks x2)"
+    )
+    assert found == expected, f"expected {expected!r}, found {found!r}"
+    assert gpu_check.launch_summary(tmp_path / "none.jsonl") == "", "no launch: nothing to say"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -67,6 +68,15 @@ def test_results_in_rank_order_with_outputs_captured(four_ranks) -> None:
 def test_world_size_one() -> None:
     res = launch(w.sum_worker, 1, args=(2,))
     assert res[0]["sum"] == 1.0 and res.world_size == 1
+
+
+def test_each_launch_is_logged_where_psr_launch_log_says(monkeypatch, tmp_path: Path) -> None:
+    log = tmp_path / "launches.jsonl"
+    monkeypatch.setenv("PSR_LAUNCH_LOG", str(log))
+    launch(w.sum_worker, 1, args=(2,))
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    expected = [{"fn": "sum_worker", "world_size": 1, "asked": "auto", "chosen": "gloo"}]
+    assert rows == expected, f"expected {expected}, found {rows}"
 
 
 def test_results_larger_than_a_pipe_buffer_come_back() -> None:

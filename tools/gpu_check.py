@@ -4,7 +4,8 @@ On a machine with CUDA: every notebook under `pytest --nbval-lax` (the GPU-desig
 launches take NCCL with one GPU per rank, only where at least two GPUs are visible; with fewer
 they would run on gloo again and are reported skipped; a launch with more ranks than the machine
 has GPUs still runs on gloo (`helpers.launch.choose_backend`: NCCL only when `gpus >= world_size`),
-so "passed" covers NCCL only for the launches that fit, as the report says), then every worker of
+so "passed" covers NCCL only for the launches that fit; each notebook's row counts its launches
+per backend, from the lines `helpers.launch` appends to PSR_LAUNCH_LOG), then every worker of
 tests/dryrun_audit.py launched for real with `backend="auto"` (NCCL where the machine has a GPU
 per rank, else skipped), and a report, `_build/gpu-report.md`: per notebook and per worker,
 passed, failed with the message, or skipped for too few GPUs. Budget: about ten minutes on one
@@ -126,17 +127,38 @@ def run_notebooks(python: str, gpus: int, budget_s: float) -> list[tuple[str, st
         left = deadline - time.time()
         if left < 20:
             return ("not run", f"the budget ({budget_s:.0f} s) ran out before it started")
+        log = out_dir / f"{nb.stem}.launches.jsonl"
         try:
-            subprocess.run(cmd, cwd=ROOT, env=env, timeout=left, capture_output=True)
+            subprocess.run(cmd, cwd=ROOT, env=dict(env, PSR_LAUNCH_LOG=str(log)), timeout=left,
+                           capture_output=True)  # fmt: skip
         except subprocess.TimeoutExpired:
             return ("not run", f"the budget ({budget_s:.0f} s) ran out while it ran")
-        return outcomes_from_junit(xml, [nb.name]).get(nb.name, ("failed", "no junit report"))
+        outcome, message = outcomes_from_junit(xml, [nb.name]).get(
+            nb.name, ("failed", "no junit report")
+        )
+        backends = launch_summary(log)
+        return (outcome, f"{message}; {backends}" if message and backends else message or backends)
 
     workers = max(1, min(len(todo), (os.cpu_count() or 2) // 2))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         for nb, outcome in zip(todo, pool.map(one, todo), strict=True):
             rows.append((nb.name, *outcome))
     return sorted(rows)
+
+
+def launch_summary(log: Path) -> str:
+    """What the notebook's launches took, from helpers.launch's PSR_LAUNCH_LOG lines: "launches:
+    3 on nccl, 2 on gloo (asked auto: 4 ranks x2 with N GPUs)", or "" when it launched nothing."""
+    if not log.exists():
+        return ""
+    rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
+    chosen = {b: sum(r["chosen"] == b for r in rows) for b in sorted({r["chosen"] for r in rows})}
+    text = "launches: " + ", ".join(f"{k} on {b}" for b, k in chosen.items())
+    fell = sorted(r["world_size"] for r in rows if r["asked"] == "auto" and r["chosen"] != "nccl")
+    if fell:
+        sizes = ", ".join(f"{n} ranks x{fell.count(n)}" for n in sorted(set(fell)))
+        text += f" (backend='auto' but too few GPUs for NCCL: {sizes})"
+    return text
 
 
 ANSI = re.compile(r"(?:\x1b|#x1B)\[[0-9;]*m")  # pytest writes ESC as "#x1B" in junit

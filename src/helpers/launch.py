@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import json
 import os
 import pickle
 import shutil
@@ -321,6 +322,19 @@ def _exit_reason(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _log_launch(fn: Callable[..., Any], world_size: int, asked: str, chosen: str) -> None:
+    """Append one JSON line per launch to the file named by PSR_LAUNCH_LOG, if set: the worker,
+    the world size, the backend asked for and the one chosen. `make test-gpu` (tools/gpu_check.py)
+    sets it per notebook, so its report says which launches took NCCL and which ran on gloo."""
+    path = os.environ.get("PSR_LAUNCH_LOG")
+    if not path:
+        return
+    row = {"fn": getattr(fn, "__qualname__", repr(fn)), "world_size": world_size}
+    row.update(asked=asked, chosen=chosen)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def launch(
     fn: Callable[..., Any],
     world_size: int,
@@ -341,6 +355,7 @@ def launch(
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
     chosen = choose_backend(world_size, backend)
+    _log_launch(fn, world_size, backend, chosen)
     try:
         payload = pickle.dumps((fn, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as err:
