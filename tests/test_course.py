@@ -349,16 +349,17 @@ def test_gpu_label_only_where_the_notebook_would_use_gpus() -> None:
 def test_runs_on_labels_come_from_the_dry_run_verdicts() -> None:
     """Each notebook's "runs on" label against the verdict table (src/helpers/dryrun_verdicts.json),
     derived here independently: every audited worker of a GPU-designed notebook device-checked,
-    some stopped, or all launched with gloo."""
+    some stopped, or all launched with gloo (a worker with no device op counts neither way)."""
     verdicts = C.load_verdicts()
     labels = DATA["runs_on"]
     wrong = []
     for n, nb in sorted(COURSE.notebooks.items()):
         mine = [v for k, v in verdicts.items() if k.startswith(f"{n:02d} ")]
-        gpu = [v for v in mine if not v.startswith("CPU only: ")]
-        if nb.design == "cpu" or (mine and not gpu):
+        gloo = [v for v in mine if v.startswith("CPU only: ")]
+        gpu = [v for v in mine if not v.startswith(("CPU only: ", "no device op: "))]
+        if nb.design == "cpu" or (mine and len(gloo) == len(mine)):
             key = "cpu"
-        elif not mine:
+        elif not gpu:
             key = "not-checked"
         elif any(v.startswith("fails: ") for v in gpu):
             key = "fails"
@@ -380,8 +381,21 @@ def test_runs_on_labels_come_from_the_dry_run_verdicts() -> None:
         ({"16 a": "checked up to f (x)", "16 b": "fails: aten.add cpu and cuda"}, "fails"),
         ({"16 a": "CPU only: the notebook launches it with backend='gloo'"}, "cpu"),
         ({"04 a": "device-checked"}, "not-checked"),
+        (
+            {"16 a": "device-checked", "16 b": "no device op: nothing ran on the device"},
+            "device-checked",
+        ),
+        ({"16 a": "no device op: nothing ran on the device"}, "not-checked"),
     ],
-    ids=["all checked", "a stop", "a failure", "gloo only", "no worker"],
+    ids=[
+        "all checked",
+        "a stop",
+        "a failure",
+        "gloo only",
+        "no worker",
+        "one without device op",
+        "none on the device",
+    ],
 )
 def test_a_verdict_table_gives_the_label_it_shows(verdicts, key) -> None:
     course = C.parse(

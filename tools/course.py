@@ -112,14 +112,17 @@ def runs_on_key(number: int, design: str, verdicts: dict[str, str]) -> str:
     verdict table's names start with the notebook number). "cpu" where course.toml's design is
     "cpu" (its launches ask for gloo: a verdict there is of a GPU path the notebook does not take)
     or where every worker is launched with gloo ("CPU only: ..."); "not-checked" where it is
-    GPU-designed but no worker of it is audited (09's torchrun script); else "fails" if any worker
+    GPU-designed but no worker of it is audited (09's torchrun script) or none ran an op on the
+    device ("no device op"); else "fails" if any worker
     fails, "in-part" if any stops ("checked up to ..."), "device-checked" if every one is."""
     if design == "cpu":
         return "cpu"
     found = [v for k, v in verdicts.items() if k[:2] == nn(number)]
-    gpu = [v for v in found if not v.startswith("CPU only")]
+    # a worker that ran no op on the device ("no device op: ...") proves nothing either way
+    gpu = [v for v in found if not v.startswith(("CPU only", "no device op"))]
     if not gpu:
-        return "cpu" if found else "not-checked"
+        every_gloo = found and all(v.startswith("CPU only") for v in found)
+        return "cpu" if every_gloo else "not-checked"
     if any(v.startswith("fails") for v in gpu):
         return "fails"
     if any(v != "device-checked" for v in gpu):
