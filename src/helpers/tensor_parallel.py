@@ -50,7 +50,6 @@ __all__ = [
     "shard_layer",
     "CopyToParallel",
     "ReduceFromParallel",
-    "GatherFromSequence",
     "ReduceScatterToSequence",
     "GatherColumnLinear",
     "tp_layer",
@@ -234,18 +233,6 @@ class ReduceFromParallel(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
-
-
-class GatherFromSequence(torch.autograd.Function):
-    """All-gather along the sequence, reduce-scatter backward (Korthikanti et al.'s g)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return _collective("all_gather", x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _collective("reduce_scatter", grad)
 
 
 class ReduceScatterToSequence(torch.autograd.Function):
