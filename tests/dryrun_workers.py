@@ -122,3 +122,13 @@ def funcol_gloo_group_worker(rank: int, world_size: int) -> list:
     out = funcol.all_reduce(torch.full((2,), float(rank)), "sum", gloo)
     assert out.tolist() == [world_size * (world_size - 1) / 2] * 2, f"found {out.tolist()}"
     return out.tolist()
+
+
+def all_cpu_worker(rank: int, world_size: int) -> list:
+    """A CPU module, a CPU input, backward and an object collective: nothing on the device."""
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 4)
+    layer(torch.randn(2, 8)).sum().backward()
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, layer.weight.grad.sum().item())
+    return gathered

@@ -1,8 +1,9 @@
 """helpers.dryrun: the device dry run of workers' GPU code path, and its audit of every worker.
 
-(a) the machinery: a device-correct toy worker passes; each device rule broken by a toy worker
-    fails with the worker's name, the rank and the op; a torch.cuda call it cannot answer is a
-    stop ("checked up to"), not a pass.
+(a) the machinery: a device-correct toy worker passes, with its device ops counted; a worker
+    that breaks no rule but runs nothing on the device is "no device op", not device-checked;
+    each device rule broken by a toy worker fails with the worker's name, the rank and the op;
+    a torch.cuda call it cannot answer is a stop ("checked up to"), not a pass.
 (b) the audit: every worker of tests/dryrun_audit.py (what the GPU-designed notebooks hand to
     `launch`) has the verdict src/helpers/dryrun_verdicts.json records; a changed verdict, in
     either direction, fails until the table is updated (`python tests/dryrun_audit.py`).
@@ -29,18 +30,36 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+NO_DEVICE_OP = "no device op: nothing ran on the device"
+
+
+def test_a_device_correct_worker_passes_with_its_device_ops_counted() -> None:
+    verdict = dry_run(toy.right_worker, 2)
+    assert verdict.text == "device-checked", f"expected device-checked, found {verdict}"
+    counts = re.findall(r"rank (\d): (\d+) ops on the device, (\d+) collectives", verdict.detail)
+    assert [r for r, _, _ in counts] == ["0", "1"], f"expected both ranks' counts: {verdict}"
+    assert all(int(ops) > 0 and int(colls) > 0 for _, ops, colls in counts), (
+        f"expected device ops and device collectives on every rank, found {counts}"
+    )
+
+
+# no rule broken, but nothing of the worker's own ran on the device (an object collective's
+# pickles, or CPU tensors on a gloo group, are not the worker's device ops)
 @pytest.mark.parametrize(
     "worker",
     [
-        toy.right_worker,
+        toy.all_cpu_worker,
         toy.object_collective_worker,
         toy.gloo_group_worker,
         toy.funcol_gloo_group_worker,
     ],
 )
-def test_a_device_correct_worker_passes(worker) -> None:
+def test_a_worker_with_nothing_on_the_device_is_not_device_checked(worker) -> None:
     verdict = dry_run(worker, 2)
-    assert verdict.text == "device-checked", f"expected device-checked, found {verdict}"
+    assert verdict.text == NO_DEVICE_OP, f"expected {NO_DEVICE_OP!r}, found {verdict}"
+    assert "rank 1: 0 ops on the device, 0 collectives" in verdict.detail, (
+        f"expected the zero counts in the detail, found {verdict.detail!r}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ Used by: tests/test_dryrun.py, on every worker a GPU-designed notebook hands to 
 machine with CUDA, run the worker on the GPUs instead.
 
     verdict = dry_run(fn, world_size, args)   # fn(rank, world_size, *args), the same worker code
-    verdict.kind      # "device-checked", "checked up to" or "fails"
+    verdict.kind      # "device-checked", "no device op", "checked up to" or "fails"
     verdict.text      # the line of the verdict table: "fails: aten.addmm tensors on cpu and ..."
 
 How it works (each piece measured on torch 2.13.0+cpu):
@@ -38,9 +38,13 @@ How it works (each piece measured on torch 2.13.0+cpu):
   A breach raises `DeviceCheckError` naming the op, the devices and the worker's line, and is
   recorded first: a worker that catches it (an `except RuntimeError` round a collective) still
   gets "fails", with the first breach.
-- "device-checked" means the worker ran to its end and no op broke these rules. It does not
-  prove the worker used the device: a worker whose tensors and modules never leave the CPU, and
-  whose collectives are object collectives, is device-checked too.
+- "device-checked" means the worker ran to its end, no op broke these rules, and on some rank
+  at least one op saw or made a tensor on the device, or a collective got device tensors (each
+  rank's counts are in the verdict's detail). A worker that ran to its end with none of these on
+  any rank gets "no device op: nothing ran on the device" instead: its tensors and modules never
+  left the CPU (what an object collective stages on the device for its pickles is not counted,
+  nor CPU tensors on a gloo group). The counts prove that the device was used, not that every
+  tensor that should be there was: a CPU module whose input is also on the CPU breaks no rule.
 
 What it cannot see (say so where a verdict depends on it):
 - CUDA's own kernels and libraries: a kernel missing for a dtype on CUDA, cuBLAS/cuDNN/NCCL
@@ -92,6 +96,17 @@ __all__ = ["dry_run", "Verdict", "DeviceCheckError", "verdict_of_result"]
 BACKEND = "dryrun"  # the PrivateUse1 name C++ sees
 _MARK = "dry run:"  # every DeviceCheckError message starts with it (it survives C++ re-raises)
 _STOP = "DryRunStop"
+NO_DEVICE_OP = "no device op"  # the kind of a worker that ran to its end with nothing on the device
+# object collectives: their pickles travel as device tensors under NCCL, whatever the worker's
+# own tensors are, so what they put on the device is not counted as the worker's
+_OBJECT_COLLECTIVES = (
+    "all_gather_object",
+    "gather_object",
+    "broadcast_object_list",
+    "scatter_object_list",
+    "send_object_list",
+    "recv_object_list",
+)
 _HERE = Path(__file__).resolve()
 _LAUNCH = _HERE.with_name("launch.py")
 _TORCH = Path(torch.__file__).resolve().parent
@@ -109,16 +124,20 @@ class DryRunStop(RuntimeError):
 class Verdict:
     """What the dry run proved about one worker."""
 
-    kind: str  # "device-checked" | "checked up to" | "fails"
+    kind: str  # "device-checked" | "no device op" | "checked up to" | "fails"
     what: str = ""  # the op and message (fails) or the function and reason (checked up to)
-    detail: str = ""  # rank, file:line and the full message, for a human
+    detail: str = ""  # rank, file:line and the full message; the device-op counts per rank
 
     @property
     def text(self) -> str:
-        """The line of the verdict table."""
+        """The line of the verdict table (deterministic: the counts stay in `detail`)."""
         if self.kind == "device-checked":
             return self.kind
-        return f"fails: {self.what}" if self.kind == "fails" else f"checked up to {self.what}"
+        if self.kind == "fails":
+            return f"fails: {self.what}"
+        if self.kind == NO_DEVICE_OP:
+            return f"{NO_DEVICE_OP}: {self.what}"
+        return f"checked up to {self.what}"
 
 
 # --- the device -----------------------------------------------------------------------------
@@ -356,6 +375,11 @@ class DeviceRules:
         self.collectives: list[str] = []  # every collective checked, in order (tests read it)
         self.breaches: list[str] = []  # every breach raised, caught by the worker or not
         self.gloo_groups: set[str] = set()  # names of groups made with new_group(backend="gloo")
+        # the evidence of "device-checked": ops that saw (or made) a tensor on the device, and
+        # collectives handed device tensors; not counted inside object collectives (_uncounted)
+        self.device_ops = 0
+        self.device_collectives = 0
+        self.uncounted = 0  # > 0 while an object collective runs
 
     def pinned(self, tensor: torch.Tensor) -> torch.Tensor:
         """Remember `tensor` as pinned (is_pinned() is True for it, as for CUDA's pinned memory)."""
@@ -418,6 +442,11 @@ class DeviceRules:
             func.namespace in _COLLECTIVES
             and any(a.name == "group_name" for a in func._schema.arguments)
         )
+        if not self.uncounted:
+            if collective and devices:
+                self.device_collectives += 1
+            elif not collective and (devices or target is not None and target.type == "cuda"):
+                self.device_ops += 1
         if collective and self.on_gloo_group(func, args, kwargs, flat):
             self.collectives.append(name)  # gloo's rules: CPU tensors (and CUDA ones) allowed
         elif collective:
@@ -499,12 +528,35 @@ def _remember_gloo_groups(rules: DeviceRules) -> None:
     c10d.new_group = dist.new_group = new_group
 
 
+def _uncount_object_collectives(rules: DeviceRules) -> None:
+    """What an object collective puts on the device (its pickles) is not the worker's device op."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def uncounted(collective: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(collective)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            rules.uncounted += 1
+            try:
+                return collective(*args, **kwargs)
+            finally:
+                rules.uncounted -= 1
+
+        return wrapper
+
+    for name in _OBJECT_COLLECTIVES:
+        wrapped = uncounted(getattr(c10d, name))
+        setattr(c10d, name, wrapped)
+        setattr(dist, name, wrapped)
+
+
 def _mode(rank: int) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     global _active
     rules = _active = DeviceRules(rank)
     _remember_gloo_groups(rules)
+    _uncount_object_collectives(rules)
 
     class DeviceRulesMode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
@@ -560,7 +612,11 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
         raise DryRunStop(json.dumps(verdict)) from None
     if _active.breaches:  # the worker caught every breach it met: it still fails
         raise DryRunStop(json.dumps(_breach_verdict(_active.breaches[0])))
-    return {"kind": "device-checked", "what": "", "detail": ""}
+    return {
+        "kind": "device-checked",
+        "device_ops": _active.device_ops,
+        "device_collectives": _active.device_collectives,
+    }
 
 
 def _breach_verdict(text: str) -> dict:
@@ -572,8 +628,17 @@ def _breach_verdict(text: str) -> dict:
 
 
 def verdict_of_result(values: Sequence[dict]) -> Verdict:
-    """The worker's verdict from every rank's (all ranks finished without a stop)."""
-    return Verdict(**values[0])
+    """The worker's verdict from every rank's (all ranks finished without a stop):
+    "device-checked" where some rank ran an op or a collective on the device, else "no device
+    op". The counts per rank go to `detail`."""
+    counts = "; ".join(
+        f"rank {rank}: {v['device_ops']} ops on the device, "
+        f"{v['device_collectives']} collectives of device tensors"
+        for rank, v in enumerate(values)
+    )
+    if any(v["device_ops"] or v["device_collectives"] for v in values):
+        return Verdict("device-checked", "", counts)
+    return Verdict(NO_DEVICE_OP, "nothing ran on the device", counts)
 
 
 def _name_of(fn: Callable[..., Any]) -> str:
