@@ -287,9 +287,11 @@ def loss_weight(shape: Sequence[int]) -> torch.Tensor:
 def ring_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:
     """Each case {causal, layout, shape}: this rank's out, lse, dq, dk, dv (lists) and work.
 
-    A case with values=False (long, timed sequences) runs the forward only, without autograd, and
-    returns only {"work": ...}: with autograd every block's saved tensors stay alive, the heap
-    grows, and the page faults of new memory land in the rank's CPU time, unevenly across ranks.
+    A case with values=False (long, timed sequences) runs the forward only, without autograd, on
+    one intra-op thread, and returns only {"work": ..., "threads": 1}: with autograd every block's
+    saved tensors stay alive, the heap grows, and the page faults of new memory land in the rank's
+    CPU time, unevenly across ranks; on one thread `ring_attention`'s `time.thread_time` is all of
+    the rank's CPU time (with more, the other threads' share would be left out).
     """
     results = []
     for case in cases:
@@ -298,9 +300,14 @@ def ring_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> 
         full = make_qkv(shape)
         if not case.get("values", True):  # timed cases: the forward's work counts only
             q, k, v = (split_sequence(t, world_size, rank, layout) for t in full)
-            with torch.no_grad():
-                _, _, work = ring_attention(q, k, v, case["causal"], layout)
-            results.append({"work": work})
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # the thread time is then all of the rank's CPU time
+            try:
+                with torch.no_grad():
+                    _, _, work = ring_attention(q, k, v, case["causal"], layout)
+            finally:
+                torch.set_num_threads(threads)
+            results.append({"work": work, "threads": 1})
             continue
         q, k, v = (split_sequence(t, world_size, rank, layout).requires_grad_() for t in full)
         out, lse, work = ring_attention(q, k, v, case["causal"], layout, tie=case.get("tie", True))
