@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import launch_workers as w
 import pytest
 import torch
 
-from helpers.launch import LaunchTimeout, WorkerError, choose_backend, launch
+from helpers.launch import LaunchTimeout, WorkerError, choose_backend, launch, notebook_module
 from helpers.processes import alive, is_loopback, wait_gone
 
 HERE = Path(__file__).resolve().parent
@@ -87,16 +89,199 @@ def test_results_larger_than_a_pipe_buffer_come_back() -> None:
     assert torch.equal(res[0]["tensor"], torch.arange(n))
 
 
-def test_notebook_function_is_refused_before_anything_starts() -> None:
+def test_what_has_no_source_of_its_own_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="lambda or a function defined inside another"):
+        launch(lambda rank, ws: rank, 2)
+    # a __main__ function made from another's code object: its source defines another name
     fn = types.FunctionType(w.sum_worker.__code__, {}, "defined_in_notebook")
     fn.__module__ = "__main__"
-    with pytest.raises(
-        ValueError, match=r"defined in the notebook \(module __main__.*Put it in a module"
-    ):
+    with pytest.raises(ValueError, match="'defined_in_notebook'.*does not define it"):
         launch(fn, 2)
-    with pytest.raises(ValueError, match="lambdas and nested functions"):
-        launch(lambda rank, ws: rank, 2)
     _assert_no_process_left()
+
+
+# --- functions defined in the notebook (module __main__) ---------------------------------------
+
+NOTEBOOK = """\
+import functools
+import torch
+import torch.distributed as dist
+from helpers.launch import current_device
+
+SCALE = 10
+LABELS = ("sum", {"ranks": [0, 1], "unit": None})
+TABLE = torch.arange(3)
+LOG = open(__file__)
+
+
+class Scaler:
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __call__(self, t):
+        return t * self.factor
+
+
+def scaled(t):
+    return Scaler(SCALE)(t)
+
+
+def ring(rank, world_size, n):
+    t = torch.full((n,), float(rank + 1), device=current_device())
+    dist.all_reduce(t)
+    return {LABELS[0]: scaled(t).tolist(), "ranks": LABELS[1]["ranks"]}
+
+
+def boom(rank, world_size):
+    dist.barrier()
+    if rank == 1:
+        raise ValueError(f"boom on rank {rank} in the notebook")
+    return rank
+
+
+def uses_a_tensor(rank, world_size):
+    return TABLE[rank].item()
+
+
+def uses_a_file(rank, world_size):
+    return LOG.name
+
+
+alias = scaled
+
+
+def uses_an_alias(rank, world_size):
+    return alias(torch.ones(1)).item()
+
+
+def traced(fn):
+    return fn
+
+
+@traced
+def decorated(rank, world_size):
+    return rank
+
+
+@torch.no_grad()
+def no_grad_ring(rank, world_size, n):
+    return ring(rank, world_size, n)
+"""
+
+
+def _notebook(code: str = NOTEBOOK, cell: str = "<ipython-input-3-0123456789ab>") -> dict:
+    """Run `code` as IPython runs a cell: compiled under the cell's name, with the source in
+    linecache (where inspect.getsource finds it), in a namespace whose __name__ is __main__."""
+    import linecache
+
+    linecache.cache[cell] = (len(code), None, code.splitlines(keepends=True), cell)
+    namespace = {"__name__": "__main__", "__file__": __file__}
+    exec(compile(code, cell, "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture()
+def own_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The launch's temporary folder (and the module written in it) is made under tmp_path."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def test_a_notebook_function_runs_with_what_it_uses(own_tempdir: Path) -> None:
+    nb = _notebook()
+    source = notebook_module(nb["ring"])
+    ring_line = NOTEBOOK.splitlines().index("def ring(rank, world_size, n):") + 1
+    for line in (
+        "from helpers.launch import current_device",
+        "import torch.distributed as dist",
+        "SCALE = 10",
+        "LABELS = ('sum', {'ranks': [0, 1], 'unit': None})",
+        "class Scaler:",
+        "def scaled(t):",
+        f"# ring, from notebook cell <ipython-input-3-0123456789ab>, line {ring_line}",
+    ):
+        assert line in source, f"expected {line!r} in the written module, found:\n{source}"
+    assert "TABLE" not in source and "LOG" not in source, "only what ring uses is written"
+    # definition order: the class, then the function using it, then ring
+    assert source.index("class Scaler") < source.index("def scaled") < source.index("def ring")
+    res = launch(nb["ring"], 2, args=(3,))
+    assert list(res) == [{"sum": [30.0] * 3, "ranks": [0, 1]}] * 2, f"found {list(res)}"
+    # a partial, and a harmless decorator (torch.no_grad) re-applied in the workers
+    res = launch(functools.partial(nb["no_grad_ring"], n=2), 2)
+    assert [r["sum"] for r in res] == [[30.0] * 2] * 2, f"found {list(res)}"
+    assert list(own_tempdir.iterdir()) == [], "the launch left its temporary folder behind"
+    _assert_no_process_left()
+
+
+def test_a_notebook_global_that_cannot_be_written_is_refused_naming_it(own_tempdir: Path) -> None:
+    nb = _notebook()
+    for fn, name, kind in [("uses_a_tensor", "TABLE", "Tensor"), ("uses_a_file", "LOG", "")]:
+        with pytest.raises(ValueError, match=rf"global {name!r} \(a {kind}.*as an argument"):
+            launch(nb[fn], 2)
+    with pytest.raises(ValueError, match=r"decorator @traced may do something"):
+        launch(nb["decorated"], 2)
+    with pytest.raises(ValueError, match=r"function 'alias' \(used by 'uses_an_alias'\) is bound"):
+        launch(nb["uses_an_alias"], 2)
+    assert list(own_tempdir.iterdir()) == [], "a refused launch made a temporary folder"
+    _assert_no_process_left()
+
+
+def test_a_notebook_function_that_raises_names_the_rank_and_its_line(own_tempdir: Path) -> None:
+    nb = _notebook()
+    with pytest.raises(WorkerError) as info:
+        launch(nb["boom"], 2, timeout_s=300)  # a bound: it raises long before
+    err = info.value
+    text = str(err)
+    assert err.rank == 1 and text.startswith("rank 1 failed"), f"expected rank 1, found {text}"
+    assert "rank 1 raised ValueError: boom on rank 1 in the notebook" in text
+    # the traceback names the written module and shows the notebook's own line
+    raise_line = 1 + NOTEBOOK.splitlines().index(
+        '        raise ValueError(f"boom on rank {rank} in the notebook")'
+    )
+    cell = f"notebook cell <ipython-input-3-0123456789ab>, line {raise_line}"
+    assert re.search(rf'notebook_boom\.py", line \d+, in boom \(from {re.escape(cell)}\)', text), (
+        f"expected the frame to name the written module and {cell}, found:\n{text}"
+    )
+    assert 'raise ValueError(f"boom on rank {rank} in the notebook")' in text, text
+    assert list(own_tempdir.iterdir()) == [], "a failed launch left its temporary folder behind"
+    _assert_no_process_left(err)
+
+
+_IPYTHON_CELL = """\
+import json, torch, torch.distributed as dist
+from helpers.launch import launch
+OFFSET = 0.5
+class Box:
+    def __init__(self, v):
+        self.v = v
+def worker(rank, world_size):
+    t = torch.tensor([rank + OFFSET])
+    dist.all_reduce(t)
+    return Box(t.item()).v
+print("RESULT", json.dumps(list(launch(worker, 2))))
+"""
+
+
+def test_a_function_typed_in_ipython_runs(tmp_path: Path) -> None:
+    """The real path: IPython compiles each cell under its own name and keeps its source in
+    linecache; Python 3.11's inspect cannot find a class typed there, the launcher can."""
+    ipython = Path(sys.executable).with_name("ipython")
+    if not ipython.exists():
+        pytest.skip("IPython is not installed in this environment")
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src"), "IPYTHONDIR": str(tmp_path)}
+    done = subprocess.run(
+        [str(ipython), "--no-banner", "-c", _IPYTHON_CELL],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,  # a bound: it takes seconds
+    )
+    found = re.search(r"RESULT (.*)", done.stdout)
+    assert found and json.loads(found.group(1)) == [2.0, 2.0], (
+        f"expected RESULT [2.0, 2.0] from IPython, found:\n{done.stdout}\n{done.stderr}"
+    )
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.0, "2", True])

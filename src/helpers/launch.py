@@ -8,15 +8,40 @@ CPU with gloo everywhere; NCCL with one GPU per rank when enough GPUs are visibl
     results.backend       # "gloo" or "nccl": what backend="auto" chose
     results.outputs[r]    # what rank r printed while fn ran (stdout and stderr, fd level)
 
+`fn` may be typed in a notebook cell: `launch(my_ring, 4, args=(x,))` writes its source, and what
+it uses from the notebook, into a module the workers import (below: what is written, what not).
+
 Why it is built this way (each point is a pitfall measured on the pinned stack):
 - Workers are fresh Python processes (like `spawn`, never `fork`: the multiprocessing docs
-  call forking a multithreaded process, which torch's is, problematic); they
-  import `fn` by reference, so a function defined in a notebook (`__main__`) cannot work and is
-  refused before anything starts. Unlike multiprocessing's spawn they do not re-import the
-  parent's `__main__`, which fails in some kernels and scripts.
-- Rendezvous is a `file://` store in a fresh temporary folder (a TCPStore would listen on every
-  interface), and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME pin the backends to the loopback
-  interface: without the pin gloo listens where the host name resolves (loopback if it fails).
+  call forking a multithreaded process, which torch's is, problematic); they import `fn` by
+  reference. Unlike multiprocessing's spawn they do not re-import the parent's `__main__`, which
+  fails in some kernels and scripts (and would re-run every cell).
+- So a function defined in the notebook (`__main__`: a cell, or the script being run) is written
+  out instead: `notebook_module(fn)` builds a module `notebook_<fn>.py` in the launch's temporary
+  folder, which the workers import by path. It holds, under a comment naming the cell:
+  an import for each global the code uses (bytecode LOAD_GLOBAL, through nested code) that is a
+  module (`import x as name`) or a function or class importable from a real module (`from mod
+  import qualname as name`, when that finds the very same object); `name = <repr>` for plain
+  constants (None, bool, int, float, str, bytes, tuples, lists and dicts of them, when the repr
+  reads back equal); and the source (`inspect.getsource`, which reads IPython cells through
+  linecache) of `fn` and of every notebook function and class it uses, followed recursively, in
+  the notebook's definition order. Builtins are left alone; annotations are never evaluated
+  (`from __future__ import annotations`). Each definition keeps its source lines, so a worker's
+  traceback shows the notebook's code, and WorkerError adds to each of its frames the cell and
+  line it came from.
+- Refused before anything starts, with a ValueError naming the name: a global of any other kind
+  (a tensor, an open file, a model, a lambda), since its value cannot be rebuilt from source:
+  pass it as an argument, which is pickled; a lambda or a nested function (no source of its own,
+  and it may use its enclosing function's variables); a definition bound under another name or
+  whose name was since rebound; and a decorated definition unless the decorator only wraps and
+  registers nowhere (`torch.no_grad`, `inference_mode`, `functools.cache`, `dataclass`: the list
+  `_HARMLESS_DECORATORS`), since re-running any other in the workers might not do what it did.
+  Values a notebook function returns should be plain data: an instance of a notebook class
+  pickles by reference to the written module, which the parent cannot import.
+- Rendezvous is a `file://` store in a fresh temporary folder, removed after every launch with
+  the module written there (a TCPStore would listen on every interface), and GLOO_SOCKET_IFNAME
+  / NCCL_SOCKET_IFNAME pin the backends to the loopback interface: without the pin gloo listens
+  where the host name resolves (loopback if it fails).
   tests/test_collectives.py checks gloo on a host whose name resolves off loopback. A file
   store needs no agreed port, so concurrent launches cannot collide on one.
 - Results travel as pickle files renamed into place, never through a pipe: no deadlock for large
@@ -35,22 +60,31 @@ Why it is built this way (each point is a pitfall measured on the pinned stack):
 
 from __future__ import annotations
 
+import ast
+import dis
 import faulthandler
 import functools
+import importlib
+import importlib.util
+import inspect
 import json
+import linecache
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -65,7 +99,7 @@ __all__ = [
     "LaunchTimeout",
     "choose_backend",
     "current_device",
-    "show_outputs",
+    "notebook_module",
 ]
 
 _POLL_S = 0.02
@@ -76,6 +110,7 @@ _TAIL_CHARS = 4000  # how much of a failed rank's captured output goes into the 
 _KNOCK_ON = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "ECONNRESET")
 
 _device: torch.device | None = None  # set inside a worker
+_workdir = Path()  # set inside a worker: its launch's temporary folder
 
 
 class LaunchError(RuntimeError):
@@ -147,32 +182,28 @@ def current_device() -> torch.device:
     return _device if _device is not None else torch.device("cpu")
 
 
-def show_outputs(result: LaunchResult) -> None:
-    """Print what each rank printed, in rank order, each line prefixed with its rank."""
-    for rank, text in enumerate(result.outputs):
-        for line in text.splitlines():
-            print(f"[rank {rank}] {line}")
-
-
-def _check_fn(fn: Any) -> None:
+def _check_fn(fn: Any) -> Any:
+    """Refuse what workers cannot run; return the `__main__` function to write out, or None."""
     if not callable(fn):
         raise TypeError(f"launch() needs a callable fn(rank, world_size, ...), got {fn!r}")
     target = fn.func if isinstance(fn, functools.partial) else fn
-    module = getattr(target, "__module__", None)
     qualname = getattr(target, "__qualname__", "")
-    name = getattr(target, "__name__", repr(target))
-    if module == "__main__":
-        raise ValueError(
-            f"launch() cannot run {name!r}: it is defined in the notebook (module __main__: "
-            "a notebook's cells or the script being run), and workers are new processes that "
-            "import functions by reference, which __main__ does not allow. Put it in a module "
-            "(for example src/helpers/<topic>.py) and import it from there."
-        )
     if "<lambda>" in qualname or "<locals>" in qualname:
         raise ValueError(
-            f"launch() cannot run {qualname!r}: lambdas and nested functions cannot be "
-            "imported by a spawned worker; define it at the top level of a module."
+            f"launch() cannot run {qualname!r}: a lambda or a function defined inside another "
+            "function has no source of its own and may use that function's variables, so "
+            "workers can neither import it nor have it written out for them; define it with "
+            "def at the top level of a module or of a notebook cell."
         )
+    if getattr(target, "__module__", None) != "__main__":
+        return None
+    if _notebook_definition(target) is None or isinstance(target, type):
+        raise ValueError(
+            f"launch() cannot run {target!r}: from the notebook (module __main__) it runs "
+            "functions defined with def, whose source it writes out for the workers, not "
+            f"a {type(target).__name__}; wrap the call in a function."
+        )
+    return target
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -204,8 +235,8 @@ def _worker_main(rank: int, workdir: str) -> None:
     Started by `launch` as `python -c ...` with stdout/stderr already going to the rank's
     set-up log; reads what to run from `workdir/payload.pkl`.
     """
-    global _device
-    work = Path(workdir)
+    global _device, _workdir
+    work = _workdir = Path(workdir)
     with open(work / "payload.pkl", "rb") as f:
         world_size, backend, deadline, parent_pid, payload = pickle.load(f)
     _die_with_parent(parent_pid)
@@ -335,41 +366,405 @@ def _log_launch(fn: Callable[..., Any], world_size: int, asked: str, chosen: str
         f.write(json.dumps(row) + "\n")
 
 
+# --- a function defined in the notebook ---------------------------------------------------------
+
+# Decorators that mean the same when the written module re-runs them in a worker (they wrap or
+# mark the function and register it nowhere). Any other decorator is refused.
+_HARMLESS_DECORATORS = (
+    "torch.no_grad",
+    "torch.enable_grad",
+    "torch.inference_mode",
+    "functools.cache",
+    "functools.lru_cache",
+    "dataclasses.dataclass",
+)
+_GLOBAL_OPS = {"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL"}
+_PASS_IT = "pass it to the worker as an argument (launch(fn, n, args=(...))) instead"
+
+
+def _code_globals(code: types.CodeType) -> list[str]:
+    """Global names the code (and the functions, comprehensions and classes in it) uses."""
+    names: list[str] = []
+    for ins in dis.get_instructions(code):
+        if ins.opname in _GLOBAL_OPS and ins.argval not in names:
+            names.append(ins.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += [n for n in _code_globals(const) if n not in names]
+    return names
+
+
+def _def_time_names(node: ast.AST) -> list[str]:
+    """Names a def or class statement evaluates when it runs: decorators, default values, bases,
+    class-level statements (not function bodies: their code objects say what they use; not
+    annotations: the written module has `from __future__ import annotations`)."""
+    found: list[str] = []
+
+    def visit(n: ast.AST) -> None:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            parts = [*n.args.defaults, *[d for d in n.args.kw_defaults if d is not None]]
+            parts += getattr(n, "decorator_list", [])
+            for p in parts:
+                visit(p)
+            return
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in found:
+            found.append(n.id)
+        for child in ast.iter_child_nodes(n):
+            if not isinstance(child, (ast.arg, ast.arguments)) and not (
+                isinstance(n, (ast.AnnAssign, ast.arg)) and child is n.annotation
+            ):
+                visit(child)
+
+    if isinstance(node, ast.ClassDef):
+        for child in [*node.decorator_list, *node.bases, *node.keywords, *node.body]:
+            visit(child)
+    else:
+        visit(node)
+    return found
+
+
+def _class_source(cls: type) -> tuple[str, str, int]:
+    """A class's source, its file and first line, found where its methods were compiled (a
+    cell: linecache), as Python 3.13 does; 3.11's `inspect.getsource` looks in
+    `__main__.__file__`, which a notebook lacks and which, elsewhere, may hold another class of
+    that name. A class without methods: inspect."""
+    for value in vars(cls).values():
+        func = getattr(value, "__func__", getattr(value, "fget", value))
+        code = getattr(func, "__code__", None)
+        if code is None:
+            continue
+        text = "".join(linecache.getlines(code.co_filename))
+        for node in ast.walk(ast.parse(text)) if text else ():
+            if (
+                isinstance(node, ast.ClassDef)
+                and node.name == cls.__name__
+                and node.lineno <= code.co_firstlineno <= node.end_lineno
+            ):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                lines = text.splitlines(keepends=True)[first - 1 : node.end_lineno]
+                return "".join(lines), code.co_filename, first
+    lines, first = inspect.getsourcelines(cls)
+    return "".join(lines), inspect.getsourcefile(cls) or "?", first
+
+
+def _is_constant(value: Any) -> bool:
+    if value is None or type(value) in (bool, int, float, str, bytes):
+        return True
+    if type(value) in (tuple, list):
+        return all(_is_constant(v) for v in value)
+    if type(value) is dict:
+        return all(_is_constant(k) and _is_constant(v) for k, v in value.items())
+    return False
+
+
+def _import_line(name: str, value: Any) -> str | None:
+    """`import ...` / `from ... import ...` that binds `name` to `value` in a worker, or None."""
+    if isinstance(value, types.ModuleType):
+        mod = value.__name__
+        if mod == "__main__" or sys.modules.get(mod) is not value:
+            return None
+        return f"import {mod}" if mod == name else f"import {mod} as {name}"
+    mod = getattr(value, "__module__", None)
+    if not isinstance(mod, str) or mod == "__main__" or mod.startswith("notebook_"):
+        return None
+    try:
+        module = importlib.import_module(mod)
+    except Exception:  # noqa: BLE001 - then it cannot be imported by name either
+        return None
+    for attr in (getattr(value, "__qualname__", None), getattr(value, "__name__", None), name):
+        if not isinstance(attr, str) or not attr.isidentifier():
+            continue  # dotted (a method, a nested class) or <lambda>, <locals>
+        if getattr(module, attr, None) is value:
+            return f"from {mod} import {attr}" + (f" as {name}" if attr != name else "")
+    return None
+
+
+def _decorator_problem(node: ast.AST, namespace: dict) -> str | None:
+    """Why a decorator of a written function or class is refused, or None if it is harmless."""
+    for dec in node.decorator_list:
+        head = dec.func if isinstance(dec, ast.Call) else dec
+        ok = False
+        if isinstance(head, (ast.Name, ast.Attribute)):
+            try:  # a dotted name, evaluated in the notebook's namespace; nothing is called
+                target = eval(compile(ast.Expression(head), "<decorator>", "eval"), namespace)  # noqa: S307
+                ok = any(target is _resolve(path) for path in _HARMLESS_DECORATORS)
+            except Exception:  # noqa: BLE001 - an unknown decorator is refused
+                ok = False
+        if not ok:
+            return (
+                f"its decorator @{ast.unparse(dec)} may do something when it runs (register, "
+                "wrap, rewrite) that a worker re-running the source would not reproduce, so "
+                "only "
+                + ", ".join(f"@{p}" for p in _HARMLESS_DECORATORS)
+                + " are written out; apply it inside the function, or put the function in a "
+                "module"
+            )
+    return None
+
+
+def _resolve(path: str) -> Any:
+    mod, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _notebook_definition(value: Any) -> Any:
+    """`value` unwrapped (a decorated function) if it is a function or class of `__main__`."""
+    inner = inspect.unwrap(value) if callable(value) and not isinstance(value, type) else value
+    if isinstance(inner, (types.FunctionType, type)) and inner.__module__ == "__main__":
+        return inner
+    return None
+
+
+class _ModuleWriter:
+    """Collects what a `__main__` function needs, then writes it as one module's source."""
+
+    def __init__(self, fn: Callable[..., Any], prelude: str) -> None:
+        self.root = fn.__name__
+        self.namespace = inspect.unwrap(fn).__globals__
+        self.prelude = prelude
+        self.imports: dict[str, str] = {}
+        self.constants: dict[str, str] = {}
+        self.sources: dict[str, str] = {}  # name -> source, for functions and classes
+        self.origins: dict[str, tuple[str, int]] = {}  # name -> (file or cell, first line)
+        self.lines: list[tuple[int, int, str, int]] = []  # set by text(): see where()
+        self.first: Any = None
+        self._add_definition(fn.__name__, fn, used_by=None)
+
+    def _refuse(self, message: str) -> NoReturn:
+        raise ValueError(f"launch() cannot run {self.root!r} from the notebook: {message}")
+
+    def _add_definition(self, name: str, obj: Any, used_by: str | None) -> None:
+        inner = _notebook_definition(obj) or inspect.unwrap(obj)  # the root may be importable
+        kind = "class" if isinstance(inner, type) else "function"
+        where = f"{kind} {name!r}" + (f" (used by {used_by!r})" if used_by else "")
+        if inner.__name__ == "<lambda>":
+            self._refuse(f"{where} is a lambda, which cannot be written out; write it with def")
+        if "<locals>" in inner.__qualname__:
+            self._refuse(
+                f"{where} is defined inside another function (it may use that function's "
+                "variables); define it at the top level of a cell"
+            )
+        if inner.__name__ != name or (used_by and self.namespace.get(name) is not obj):
+            self._refuse(
+                f"{where} is bound under another name than the one it was defined with "
+                f"({inner.__name__!r}), or that name now means something else; call it by the "
+                "name it was defined with"
+            )
+        try:
+            if kind == "class":
+                source, filename, first = _class_source(inner)
+            else:
+                lines, first = inspect.getsourcelines(inner)
+                source, filename = "".join(lines), inner.__code__.co_filename
+            source = textwrap.dedent(source)
+            tree = ast.parse(source)
+        except (OSError, TypeError, SyntaxError) as err:
+            self._refuse(f"the source of {where} cannot be read ({err}); put it in a module")
+        node = tree.body[0] if len(tree.body) == 1 else None
+        wanted = ast.ClassDef if kind == "class" else (ast.FunctionDef, ast.AsyncFunctionDef)
+        if not isinstance(node, wanted) or node.name != name:
+            self._refuse(
+                f"the source found for {where} does not define it (was it made by exec, or "
+                "renamed?); put it in a module"
+            )
+        problem = _decorator_problem(node, self.namespace)
+        if problem:
+            self._refuse(f"{where}: {problem}")
+        self.sources[name] = ""  # placeholder: a recursive use is not followed twice
+        self.first = self.first or inner
+        needs = _def_time_names(node)
+        codes = [inner.__code__] if kind == "function" else []
+        for value in vars(inner).values() if kind == "class" else ():
+            func = getattr(value, "__func__", getattr(value, "fget", value))
+            if isinstance(func, types.FunctionType):
+                codes.append(func.__code__)
+        for code in codes:
+            needs += [n for n in _code_globals(code) if n not in needs]
+        for needed in needs:
+            self._add_global(needed, used_by=name)
+        self.sources[name] = f"# {name}, from {_origin(inner)}\n{source.rstrip()}\n"
+        self.origins[name] = (filename, first)
+
+    def _add_global(self, name: str, used_by: str) -> None:
+        if name in self.sources or name in self.imports or name in self.constants:
+            return
+        if name not in self.namespace or (name.startswith("__") and name.endswith("__")):
+            return  # a builtin, a name the prelude or the code itself binds, or __name__ & co.
+        value = self.namespace[name]
+        if _notebook_definition(value) is not None:
+            self._add_definition(name, value, used_by)
+            return
+        line = _import_line(name, value)
+        if line is not None:
+            self.imports[name] = line
+            return
+        if _is_constant(value):
+            text = repr(value)
+            try:
+                same = eval(text, {}) == value  # noqa: S307 - the repr of plain data
+            except Exception:  # noqa: BLE001 - nan, inf: their repr does not read back
+                same = False
+            if same:
+                self.constants[name] = f"{name} = {text}"
+                return
+        self._refuse(
+            f"it uses the notebook's global {name!r} (a {type(value).__name__}, in "
+            f"{used_by!r}), which cannot be written into the workers' module: only modules, "
+            "functions and classes importable from a module or defined in the notebook, and "
+            "plain constants (None, bool, int, float, str, bytes, and tuples, lists and dicts "
+            f"of them) are; {_PASS_IT}"
+        )
+
+    def text(self) -> str:
+        order = list(self.namespace)  # the notebook's definition order (first binding)
+
+        def rank(name: str) -> int:
+            return order.index(name) if name in order else len(order)
+
+        defs = sorted(self.sources, key=rank)
+        head = [
+            f"# Written by helpers.launch for {self.root!r}, defined in the notebook "
+            f"({_origin(self.first)}):",
+            "# its source and what it uses from the notebook, for the workers to import.",
+            "from __future__ import annotations",
+            "",
+            *([self.prelude.rstrip()] if self.prelude.strip() else []),
+            *(self.imports[n] for n in sorted(self.imports, key=rank)),
+            *(self.constants[n] for n in sorted(self.constants, key=rank)),
+        ]
+        text = "\n".join(head) + "\n\n\n"
+        self.lines = []
+        for name in defs:
+            start = text.count("\n") + 2  # the line after the "# name, from ..." comment
+            text += self.sources[name] + ("\n" if name != defs[-1] else "")
+            end = start + self.sources[name].count("\n") - 2
+            self.lines.append((start, end, *self.origins[name]))
+        return text
+
+    def where(self, line: int) -> str | None:
+        """The notebook cell (or script) and line that the written module's `line` came from."""
+        for start, end, filename, first in self.lines:
+            if start <= line <= end:
+                cell = (
+                    "notebook cell " if filename.startswith("<") or "ipykernel" in filename else ""
+                )
+                return f"{cell}{filename}, line {first + line - start}"
+        return None
+
+
+def _origin(obj: Any) -> str:
+    """Where a notebook definition was typed: the cell (IPython's name for it) or the script."""
+    func = obj
+    if isinstance(obj, type):
+        funcs = [getattr(v, "__func__", v) for v in vars(obj).values()]
+        func = next((f for f in funcs if isinstance(f, types.FunctionType)), None)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return "a notebook cell"
+    where, line = code.co_filename, code.co_firstlineno
+    if where.startswith("<") or "ipykernel" in where:
+        return f"notebook cell {where}, line {line}"
+    return f"{where}, line {line} (run as __main__)"
+
+
+def _in_the_notebook(err: WorkerError, writer: _ModuleWriter, filename: str) -> WorkerError:
+    """`err` with each frame of the written module followed by the cell and line it came from."""
+    frame = re.compile(rf'(File "[^"]*{re.escape(filename)}", line (\d+), in \w+)')
+
+    def name_it(found: re.Match) -> str:
+        where = writer.where(int(found.group(2)))
+        return found.group(1) + (f" (from {where})" if where else "")
+
+    return WorkerError(frame.sub(name_it, str(err)), err.rank, err.ranks, err.pids)
+
+
+def notebook_module(fn: Callable[..., Any], prelude: str = "") -> str:
+    """The source of the module `launch` writes for `fn`, a function defined in `__main__` (a
+    notebook cell or the script being run); raises ValueError naming what cannot be written.
+    `prelude` goes first (lines the function may rely on without writing them, such as imports)."""
+    return _ModuleWriter(fn, prelude).text()
+
+
+def _run_notebook_function(
+    filename: str, name: str, before: tuple, keywords: dict, *args: Any
+) -> Any:
+    """Worker: import the module `launch` wrote for a notebook function and call it (`before`
+    and `keywords`: a functools.partial's own arguments)."""
+    path = str(_workdir / filename)
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name)(*before, *args, **keywords)
+
+
 def launch(
     fn: Callable[..., Any],
     world_size: int,
     args: Sequence[Any] = (),
     backend: str = "auto",
     timeout_s: float = 60.0,
+    *,
+    prelude: str | None = None,
 ) -> LaunchResult:
     """Run `fn(rank, world_size, *args)` on `world_size` ranks; return their values in order.
 
-    `fn` must be importable (defined at the top level of a module, not in a notebook). The whole
-    launch, start-up included, must finish within `timeout_s` seconds. Raises WorkerError if a
-    rank raises or dies (naming it, with its traceback), LaunchTimeout naming the ranks that did
-    not finish (with where each was stuck), and leaves no worker process behind in any case.
+    `fn` is a function defined at the top level of a module, which the workers import, or of a
+    notebook cell (or of the script run as `__main__`): then its source, and what it uses from
+    the notebook, is written to a module `notebook_<fn>.py` that the workers import (the module
+    docstring says what is written and what is refused). So a reader can edit a worker in a
+    cell and rerun it like the notebook's own. A `functools.partial` of either works too.
+    `prelude`: lines written before that module's code (imports the function relies on without
+    writing them); given, `fn` is written out from its source even when it is importable.
+
+    The whole launch, start-up included, must finish within `timeout_s` seconds. Raises
+    ValueError before anything starts for what cannot be run (naming it), WorkerError if a rank
+    raises or dies (naming it, with its traceback: a notebook function's frames name
+    `notebook_<fn>.py` and show its lines), LaunchTimeout naming the ranks that did not finish
+    (with where each was stuck), and leaves no worker process or temporary file behind.
     """
-    _check_fn(fn)
+    written = _check_fn(fn)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
     chosen = choose_backend(world_size, backend)
+    if prelude is not None and written is None:
+        written = fn.func if isinstance(fn, functools.partial) else fn
+    writer = _ModuleWriter(written, prelude or "") if written is not None else None
+    source = writer.text() if writer is not None else None
     _log_launch(fn, world_size, backend, chosen)
+    run = fn
+    if source is not None:
+        before, keywords = (fn.args, fn.keywords) if fn is not written else ((), {})
+        run = functools.partial(
+            _run_notebook_function,
+            f"notebook_{written.__name__}.py",
+            written.__name__,
+            before,
+            keywords,
+        )
     try:
-        payload = pickle.dumps((fn, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((run, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as err:
         raise TypeError(f"launch() cannot send fn/args to the workers: {err}") from err
 
     workdir = Path(tempfile.mkdtemp(prefix="launch-"))
-    deadline = time.time() + timeout_s
-    with open(workdir / "payload.pkl", "wb") as f:
-        pickle.dump((world_size, chosen, deadline, os.getpid(), payload), f)
     procs: list[subprocess.Popen] = []
     try:
+        if source is not None:  # the workers import it from their work folder
+            (workdir / run.args[0]).write_text(source, encoding="utf-8")
+        deadline = time.time() + timeout_s
+        with open(workdir / "payload.pkl", "wb") as f:
+            pickle.dump((world_size, chosen, deadline, os.getpid(), payload), f)
         for rank in range(world_size):
             procs.append(_start(rank, workdir))
-        values = _collect(procs, workdir, deadline)
+        try:
+            values = _collect(procs, workdir, deadline)
+        except WorkerError as err:
+            if writer is None:
+                raise
+            raise _in_the_notebook(err, writer, run.args[0]) from None
         # every rank returned: give teardown (barrier + destroy) a moment, then make sure
         for p in procs:
             try:
@@ -380,7 +775,7 @@ def launch(
         return LaunchResult(values, chosen, outputs)
     finally:
         _kill(procs)  # no-op when all exited; otherwise nothing outlives the call
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)  # the written module goes with it
 
 
 def _collect(procs: list[subprocess.Popen], workdir: Path, deadline: float) -> list[Any]:

@@ -29,16 +29,12 @@ from __future__ import annotations
 
 import ast
 import importlib
-import importlib.util
 import inspect
 import math
 import numbers
-import sys
-import tempfile
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from helpers.exercises.i18n import N_, current_language, language, tr
@@ -209,15 +205,6 @@ def check(key: str, answer: Any) -> None:
 # --- several ranks ------------------------------------------------------------------------------
 
 
-def _run_source(rank: int, world_size: int, path: str, name: str, *args: Any) -> Any:
-    """Worker: import the module written by `launch_source` and call its function `name`."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, name)(rank, world_size, *args)
-
-
 _PRELUDE = """\
 import torch
 import torch.distributed as dist
@@ -229,19 +216,12 @@ def launch_source(
 ) -> Any:
     """Run `fn(rank, world_size, *args)` on `world_size` ranks even if `fn` was typed in a notebook.
 
-    The function's own source (plus `import torch` and `import torch.distributed as dist`) is
-    written to a module in a temporary folder that the workers import; it may use only those
-    names, its arguments and what it imports itself. Returns what `helpers.launch.launch` returns.
+    `helpers.launch.launch` writes the function's source to a module the workers import, with
+    what it uses from the notebook (imports, constants, other functions) and, first, `import
+    torch` and `import torch.distributed as dist`, so a reader's function may use `torch` and
+    `dist` without importing them. Returns what `launch` returns; raises its ValueError for a
+    global that cannot be written out.
     """
     from helpers.launch import launch
 
-    source = textwrap.dedent(inspect.getsource(fn))
-    with tempfile.TemporaryDirectory(prefix="exercise-") as tmp:
-        path = Path(tmp) / f"student_{fn.__name__}.py"
-        path.write_text(_PRELUDE + "\n\n" + source)
-        return launch(
-            _run_source,
-            world_size=world_size,
-            args=(str(path), fn.__name__, *args),
-            **launch_kwargs,
-        )
+    return launch(fn, world_size, args, prelude=_PRELUDE, **launch_kwargs)
