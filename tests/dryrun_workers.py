@@ -132,3 +132,13 @@ def all_cpu_worker(rank: int, world_size: int) -> list:
     gathered: list = [None] * world_size
     dist.all_gather_object(gathered, layer.weight.grad.sum().item())
     return gathered
+
+
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def compiled_worker(rank: int, world_size: int) -> float:
+    """A compiled function on device tensors: Dynamo would run it eagerly under the dry run."""
+    double = torch.compile(_double, backend="eager")
+    return double(torch.ones(4, device=current_device())).sum().item()

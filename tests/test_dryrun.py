@@ -3,7 +3,8 @@
 (a) the machinery: a device-correct toy worker passes, with its device ops counted; a worker
     that breaks no rule but runs nothing on the device is "no device op", not device-checked;
     each device rule broken by a toy worker fails with the worker's name, the rank and the op;
-    a torch.cuda call it cannot answer is a stop ("checked up to"), not a pass.
+    a torch.cuda call it cannot answer, and the first call of a compiled function, are stops
+    ("checked up to"), not passes.
 (b) the audit: every worker of tests/dryrun_audit.py (what the GPU-designed notebooks hand to
     `launch`) has the verdict src/helpers/dryrun_verdicts.json records; a changed verdict, in
     either direction, fails until the table is updated (`python tests/dryrun_audit.py`).
@@ -100,6 +101,18 @@ def test_an_unanswered_cuda_call_is_a_stop_not_a_pass() -> None:
     assert verdict.what.startswith("cuda_api_worker (AttributeError"), (
         f"the stop should name the function and the error, found {verdict.what!r}"
     )
+
+
+def test_a_compiled_call_is_a_stop_not_silent_eager() -> None:
+    # Dynamo skips every frame while a dispatch mode is on the stack: the compiled function
+    # would run eagerly, unchecked as compiled code, so the first frame it is asked for stops
+    verdict = dry_run(toy.compiled_worker, 2)
+    expected = (
+        "checked up to compiled_worker "
+        "(torch.compile: Dynamo does not compile under the dry run's dispatch mode)"
+    )
+    assert verdict.text == expected, f"expected {expected!r}, found {verdict}"
+    assert "_double" in verdict.detail, f"the detail should name the frame: {verdict.detail!r}"
 
 
 def _table() -> dict[str, str]:

@@ -11,9 +11,9 @@ machine with CUDA, run the worker on the GPUs instead.
 How it works (each piece measured on torch 2.13.0+cpu):
 - The ranks are real processes under `helpers.launch.launch` with gloo, so collectives carry
   real values and every value-dependent step (`.item()`, `.tolist()`, asserts on values) runs:
-  no value is faked, no step skipped (but see torch.compile below). Inside each rank
-  `helpers.launch._device` is set to `cuda:<rank>`, what the launcher sets under NCCL, so the
-  worker takes its GPU branch.
+  no value is faked, no step skipped (a compiled call is a stop: see torch.compile below).
+  Inside each rank `helpers.launch._device` is set to `cuda:<rank>`, what the launcher sets
+  under NCCL, so the worker takes its GPU branch.
 - A tensor "on the GPU" is a wrapper subclass (like DTensor) around a CPU tensor, carrying its
   logical device `cuda:<k>`. Python sees `t.device == cuda:<k>`; C++ (autograd, DDP's Reducer)
   sees PrivateUse1 device 0, registered as the Python backend "dryrun"
@@ -59,11 +59,13 @@ What it cannot see (say so where a verdict depends on it):
 - Code that asks the backend's name: `dist.get_backend()` says "gloo", so a branch on "nccl"
   takes its gloo path (object collectives are told their device is CUDA, as under NCCL).
 - torch.compile: Dynamo skips every frame while the dry run's dispatch mode is on the stack
-  (convert_frame.py: "non-infra torch dispatch mode present, this is not supported today in
-  torch.compile"), so a compiled function runs eagerly, unchecked as compiled code and not
-  reported as a stop; where Dynamo asks CUDA's runtime for the current device
-  (`torch._C._cuda_getDevice`, absent from the CPU build: 14's compile_worker) the run stops.
-  Other tracers: not tried.
+  (convert_frame.py's `CatchErrorsWrapper`: "non-infra torch dispatch mode present, this is not
+  supported today in torch.compile"), so a compiled function would run eagerly, unchecked as
+  compiled code. The dry run makes the first frame Dynamo is asked to compile a stop, "checked
+  up to <the worker's function that called it> (torch.compile: Dynamo does not compile under
+  the dry run's dispatch mode)", kept even if the worker catches it: nothing compiled is
+  checked, nor anything after that call. Other tracers (`torch.export`, which Dynamo does not
+  skip under a mode): not tried.
 - Streams and events: `torch.cuda.Stream`, `Event`, `current_stream`, `stream(...)` are one
   in-order queue (every op runs at once, in program order): a missing `wait_stream` or
   `record_stream` (a race on a real GPU) is not seen.
@@ -118,6 +120,10 @@ class DeviceCheckError(RuntimeError):
 
 class DryRunStop(RuntimeError):
     """Raised by a rank to end the launch at once; its message is the rank's verdict as JSON."""
+
+
+class CompileUnderDryRun(RuntimeError):
+    """Dynamo asked to compile a frame under the dry run: a stop (Dynamo would run it eagerly)."""
 
 
 @dataclass(frozen=True)
@@ -374,6 +380,7 @@ class DeviceRules:
         self._pinned: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
         self.collectives: list[str] = []  # every collective checked, in order (tests read it)
         self.breaches: list[str] = []  # every breach raised, caught by the worker or not
+        self.stops: list[str] = []  # "fn (why)" of each stop the dry run raised (torch.compile)
         self.gloo_groups: set[str] = set()  # names of groups made with new_group(backend="gloo")
         # the evidence of "device-checked": ops that saw (or made) a tensor on the device, and
         # collectives handed device tensors; not counted inside object collectives (_uncounted)
@@ -550,6 +557,81 @@ def _uncount_object_collectives(rules: DeviceRules) -> None:
         setattr(dist, name, wrapped)
 
 
+# the reason CatchErrorsWrapper._handle_skip gets (torch/_dynamo/convert_frame.py, 2.13-2.15)
+# for every frame while a non-infra dispatch mode is on the stack: the frame runs eagerly
+_DYNAMO_SKIP = "non-infra torch dispatch mode present"
+_COMPILE_STOP = "torch.compile: Dynamo does not compile under the dry run's dispatch mode"
+
+
+def _worker_function() -> str:
+    """The innermost function of the stack outside torch and this module (the worker's)."""
+    inner = "?"
+    for frame in traceback.extract_stack():
+        path = Path(frame.filename).resolve()
+        if path == _HERE or _TORCH in path.parents or "<" in frame.filename:
+            continue
+        inner = frame.name
+    return inner
+
+
+def _stop_compiles(module: Any) -> None:
+    """The first frame Dynamo is asked to compile under the mode is a stop, not silent eager."""
+    wrapper = module.CatchErrorsWrapper
+    if getattr(wrapper, "_dry_run_stops", False):
+        return
+    handle = wrapper._handle_skip
+
+    @functools.wraps(handle)
+    def _handle_skip(self: Any, result: Any, frame: Any) -> Any:
+        reason = getattr(result, "skip_reason", None) or ""
+        if _active is not None and _DYNAMO_SKIP in reason:
+            what = f"{_worker_function()} ({_COMPILE_STOP})"
+            _active.stops.append(what)  # recorded: a worker that catches it still stops here
+            raise CompileUnderDryRun(
+                f"{what}: Dynamo was asked to compile {frame.f_code.co_name} "
+                f"({Path(frame.f_code.co_filename).name}:{frame.f_code.co_firstlineno}) "
+                f"and would skip it: {reason}"
+            )
+        return handle(self, result, frame)
+
+    wrapper._handle_skip = _handle_skip
+    wrapper._dry_run_stops = True
+
+
+class _PatchOnImport:
+    """A sys.meta_path finder: runs `patch(module)` once `name` is imported (import costs ~1 s,
+    so the dry run does not import Dynamo for workers that never compile)."""
+
+    def __init__(self, name: str, patch: Callable[[Any], None]) -> None:
+        self.name, self.patch = name, patch
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != self.name:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            self.patch(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _catch_compiles() -> None:
+    name = "torch._dynamo.convert_frame"
+    if name in sys.modules:
+        _stop_compiles(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _PatchOnImport(name, _stop_compiles))
+
+
 def _mode(rank: int) -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -592,6 +674,7 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
     _answer_cuda_queries(rank, world_size)
     helpers.launch._device = torch.device("cuda", rank)
     mode = _mode(rank)
+    _catch_compiles()
     try:
         with mode:
             fn(rank, world_size, *args)
@@ -601,6 +684,8 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
             raise DryRunStop(json.dumps(_breach_verdict(_active.breaches[0]))) from None
         if _MARK in text:
             verdict = _breach_verdict(text)
+        elif _active.stops:  # the first stop the dry run raised, even if the worker caught it
+            verdict = _stop_verdict(_active.stops[0], err)
         else:
             verdict = {
                 "kind": "checked up to",
@@ -612,11 +697,19 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
         raise DryRunStop(json.dumps(verdict)) from None
     if _active.breaches:  # the worker caught every breach it met: it still fails
         raise DryRunStop(json.dumps(_breach_verdict(_active.breaches[0])))
+    if _active.stops:  # the worker caught the stop and went on: unchecked from there
+        raise DryRunStop(json.dumps(_stop_verdict(_active.stops[0], None)))
     return {
         "kind": "device-checked",
         "device_ops": _active.device_ops,
         "device_collectives": _active.device_collectives,
     }
+
+
+def _stop_verdict(what: str, err: BaseException | None) -> dict:
+    """The "checked up to" verdict of a stop the dry run raised itself."""
+    detail = "" if err is None else "".join(traceback.format_tb(err.__traceback__))[-3000:]
+    return {"kind": "checked up to", "what": what, "detail": detail + (str(err) if err else what)}
 
 
 def _breach_verdict(text: str) -> dict:
