@@ -97,3 +97,8 @@ def funcol_backward_worker(rank: int, world_size: int, ops: list[str]) -> dict[s
             assert "backward only supports" in str(err), str(err)
             out[op] = False
     return out
+
+
+def apply_worker(rank: int, world_size: int, fn, *args) -> object:
+    """A module's worker that runs the version of an algorithm it is given (a notebook's)."""
+    return fn(rank, world_size, *args)

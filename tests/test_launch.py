@@ -211,6 +211,10 @@ def test_a_notebook_function_runs_with_what_it_uses(own_tempdir: Path) -> None:
     # a partial, and a harmless decorator (torch.no_grad) re-applied in the workers
     res = launch(functools.partial(nb["no_grad_ring"], n=2), 2)
     assert [r["sum"] for r in res] == [[30.0] * 2] * 2, f"found {list(res)}"
+    # a module's worker given the notebook's function as an argument (pickled as a reference to
+    # the module written for it)
+    res = launch(w.apply_worker, 2, args=(nb["ring"], 1))
+    assert [r["sum"] for r in res] == [[30.0]] * 2, f"found {list(res)}"
     assert list(own_tempdir.iterdir()) == [], "the launch left its temporary folder behind"
     _assert_no_process_left()
 

@@ -29,6 +29,8 @@ Why it is built this way (each point is a pitfall measured on the pinned stack):
   (`from __future__ import annotations`). Each definition keeps its source lines, so a worker's
   traceback shows the notebook's code, and WorkerError adds to each of its frames the cell and
   line it came from.
+  A notebook function inside `args` is written out the same way and pickled as a reference to
+  its module, so a module's worker can run the reader's version of an algorithm it takes.
 - Refused before anything starts, with a ValueError naming the name: a global of any other kind
   (a tensor, an open file, a model, a lambda), since its value cannot be rebuilt from source:
   pass it as an argument, which is pickled; a lambda or a nested function (no source of its own,
@@ -67,6 +69,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import io
 import json
 import linecache
 import os
@@ -667,15 +670,18 @@ def _origin(obj: Any) -> str:
     return f"{where}, line {line} (run as __main__)"
 
 
-def _in_the_notebook(err: WorkerError, writer: _ModuleWriter, filename: str) -> WorkerError:
-    """`err` with each frame of the written module followed by the cell and line it came from."""
-    frame = re.compile(rf'(File "[^"]*{re.escape(filename)}", line (\d+), in \w+)')
+def _in_the_notebook(err: WorkerError, writers: dict[str, _ModuleWriter]) -> WorkerError:
+    """`err` with each frame of a written module followed by the cell and line it came from."""
+    text = str(err)
+    for filename, writer in writers.items():
+        frame = re.compile(rf'(File "[^"]*/{re.escape(filename)}", line (\d+), in \w+)')
 
-    def name_it(found: re.Match) -> str:
-        where = writer.where(int(found.group(2)))
-        return found.group(1) + (f" (from {where})" if where else "")
+        def name_it(found: re.Match, writer: _ModuleWriter = writer) -> str:
+            where = writer.where(int(found.group(2)))
+            return found.group(1) + (f" (from {where})" if where else "")
 
-    return WorkerError(frame.sub(name_it, str(err)), err.rank, err.ranks, err.pids)
+        text = frame.sub(name_it, text)
+    return WorkerError(text, err.rank, err.ranks, err.pids)
 
 
 def notebook_module(fn: Callable[..., Any], prelude: str = "") -> str:
@@ -685,17 +691,38 @@ def notebook_module(fn: Callable[..., Any], prelude: str = "") -> str:
     return _ModuleWriter(fn, prelude).text()
 
 
-def _run_notebook_function(
-    filename: str, name: str, before: tuple, keywords: dict, *args: Any
-) -> Any:
-    """Worker: import the module `launch` wrote for a notebook function and call it (`before`
-    and `keywords`: a functools.partial's own arguments)."""
-    path = str(_workdir / filename)
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, name)(*before, *args, **keywords)
+def _notebook_function(filename: str, name: str) -> Any:
+    """Worker: the function `name` of the module `launch` wrote (imported once per worker)."""
+    stem = Path(filename).stem
+    module = sys.modules.get(stem)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(stem, str(_workdir / filename))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[stem] = module
+        spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+class _NotebookPickler(pickle.Pickler):
+    """Pickles a notebook function (fn, or one inside args: a worker may take the reader's
+    version of an algorithm as an argument) as a reference to the module written for it."""
+
+    def __init__(self, file: Any, prelude: str | None, forced: Any) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.prelude, self.forced = prelude, forced
+        self.writers: dict[str, _ModuleWriter] = {}  # file name -> what it holds
+        self.texts: dict[str, str] = {}
+
+    def reducer_override(self, obj: Any) -> Any:
+        is_notebook = isinstance(obj, types.FunctionType) and obj.__module__ == "__main__"
+        if not is_notebook and obj is not self.forced:
+            return NotImplemented
+        filename = f"notebook_{obj.__name__}.py"
+        if filename not in self.writers:
+            prelude = self.prelude if obj is self.forced else None
+            self.writers[filename] = writer = _ModuleWriter(obj, prelude or "")
+            self.texts[filename] = writer.text()
+        return _notebook_function, (filename, obj.__name__)
 
 
 def launch(
@@ -713,7 +740,9 @@ def launch(
     notebook cell (or of the script run as `__main__`): then its source, and what it uses from
     the notebook, is written to a module `notebook_<fn>.py` that the workers import (the module
     docstring says what is written and what is refused). So a reader can edit a worker in a
-    cell and rerun it like the notebook's own. A `functools.partial` of either works too.
+    cell and rerun it like the notebook's own. A `functools.partial` of either works too, and
+    a notebook function inside `args` is written out the same way (so a module's worker can run
+    the reader's version of an algorithm it is given).
     `prelude`: lines written before that module's code (imports the function relies on without
     writing them); given, `fn` is written out from its source even when it is importable.
 
@@ -723,37 +752,31 @@ def launch(
     `notebook_<fn>.py` and show its lines), LaunchTimeout naming the ranks that did not finish
     (with where each was stuck), and leaves no worker process or temporary file behind.
     """
-    written = _check_fn(fn)
+    _check_fn(fn)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
     chosen = choose_backend(world_size, backend)
-    if prelude is not None and written is None:
-        written = fn.func if isinstance(fn, functools.partial) else fn
-    writer = _ModuleWriter(written, prelude or "") if written is not None else None
-    source = writer.text() if writer is not None else None
+    forced = None
+    if prelude is not None:  # written out even when importable (and the prelude put first)
+        forced = fn.func if isinstance(fn, functools.partial) else fn
     _log_launch(fn, world_size, backend, chosen)
-    run = fn
-    if source is not None:
-        before, keywords = (fn.args, fn.keywords) if fn is not written else ((), {})
-        run = functools.partial(
-            _run_notebook_function,
-            f"notebook_{written.__name__}.py",
-            written.__name__,
-            before,
-            keywords,
-        )
+    buffer = io.BytesIO()
+    pickler = _NotebookPickler(buffer, prelude, forced)
     try:
-        payload = pickle.dumps((run, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
+        pickler.dump((fn, tuple(args)))  # writes the notebook functions' modules' text
+    except ValueError:
+        raise  # what a notebook function uses cannot be written out: the message says what
     except Exception as err:
         raise TypeError(f"launch() cannot send fn/args to the workers: {err}") from err
+    payload = buffer.getvalue()
 
     workdir = Path(tempfile.mkdtemp(prefix="launch-"))
     procs: list[subprocess.Popen] = []
     try:
-        if source is not None:  # the workers import it from their work folder
-            (workdir / run.args[0]).write_text(source, encoding="utf-8")
+        for filename, text in pickler.texts.items():  # the workers import them from here
+            (workdir / filename).write_text(text, encoding="utf-8")
         deadline = time.time() + timeout_s
         with open(workdir / "payload.pkl", "wb") as f:
             pickle.dump((world_size, chosen, deadline, os.getpid(), payload), f)
@@ -762,9 +785,9 @@ def launch(
         try:
             values = _collect(procs, workdir, deadline)
         except WorkerError as err:
-            if writer is None:
+            if not pickler.writers:
                 raise
-            raise _in_the_notebook(err, writer, run.args[0]) from None
+            raise _in_the_notebook(err, pickler.writers) from None
         # every rank returned: give teardown (barrier + destroy) a moment, then make sure
         for p in procs:
             try:
