@@ -20,6 +20,12 @@ def right_worker(rank: int, world_size: int) -> float:
     model = DistributedDataParallel(nn.Linear(8, 4).to(device), device_ids=[device.index])
     x = torch.randn(16, 8, device=device)
     model(x).sum().backward()
+    # allowed next to device tensors: a 0-dim CPU tensor in an op without CUDA's device check
+    # (mul: `device_check: NoCheck`, TensorIterator), CPU indices, a 0-dim CPU index_put_ value
+    x = x * torch.tensor(2.0)
+    rows = torch.tensor([0, 3])
+    x[rows] = torch.tensor(1.0)
+    assert x[rows].sum().item() == 16.0, "x[rows] should be the 2 rows of 8 ones just written"
     total = torch.tensor([float(rank)], device=device)
     dist.all_reduce(total)
     assert total.item() == world_size * (world_size - 1) / 2, "all_reduce should sum the ranks"
@@ -142,3 +148,14 @@ def compiled_worker(rank: int, world_size: int) -> float:
     """A compiled function on device tensors: Dynamo would run it eagerly under the dry run."""
     double = torch.compile(_double, backend="eager")
     return double(torch.ones(4, device=current_device())).sum().item()
+
+
+def cpu_scalar_index_worker(rank: int, world_size: int) -> None:
+    """index_select with a 0-dim CPU index: CUDA's wrapper checks every tensor's device."""
+    torch.ones(4, 2, device=current_device()).index_select(0, torch.tensor(1))
+
+
+def cpu_values_worker(rank: int, world_size: int) -> None:
+    """index_put_ with CPU indices (allowed) and sized CPU values (not allowed)."""
+    x = torch.zeros(4, device=current_device())
+    x[torch.tensor([0, 2])] = torch.tensor([1.0, 2.0])

@@ -73,6 +73,8 @@ def test_a_worker_with_nothing_on_the_device_is_not_device_checked(worker) -> No
         (toy.cpu_comm_hook_worker, "c10d.allreduce_", "a cpu tensor (36,) handed"),
         (toy.caught_breach_worker, "c10d.allreduce_", "a cpu tensor (4,) handed"),
         (toy.funcol_cpu_worker, "_c10d_functional.all_reduce", "a cpu tensor (4,) handed"),
+        (toy.cpu_scalar_index_worker, "aten.index_select", "a 0-dim cpu tensor and cuda:<rank>"),
+        (toy.cpu_values_worker, "aten.index_put_", "tensors on cpu (2,) and cuda:<rank>"),
     ],
 )
 def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op: str, words: str) -> None:

@@ -26,11 +26,16 @@ How it works (each piece measured on torch 2.13.0+cpu):
   from C++ (DDP's Reducer and its broadcasts go through the dispatcher too; not the c10d op a
   functional collective's kernel issues inside the mode's handler), and enforces:
   - the tensors of one op share one device, except: copies (`_to_copy`, `copy_`,
-    `lift_fresh`) may cross devices; any op may take 0-dim CPU tensors next to CUDA ones; and
-    `index`, `index_put(_)` may take CPU tensors of any size (indices and values alike). Both
-    exceptions are wider than CUDA's: CUDA takes a 0-dim CPU tensor only in ops whose kernel
-    handles CPU scalars (TensorIterator ops; `index_select` with a 0-dim CPU index raises on
-    CUDA and passes here);
+    `lift_fresh`) may cross devices; the indices of `index`, `index_put(_)` may be CPU tensors
+    of any size (their values may not); and a 0-dim CPU tensor may sit next to CUDA ones
+    unless the op's generated CUDA wrapper checks devices: an op with a CUDA kernel (its own or
+    its structured delegate's) and no `device_check: NoCheck` in torchgen's packaged
+    native_functions.yaml, whose wrapper calls `check_and_update_common_device` (adaption.h:
+    no 0-dim exception) on its positional and out tensors (`index_select` with a 0-dim CPU
+    index fails; `x * torch.tensor(2.0)`, a NoCheck TensorIterator op, passes). A NoCheck
+    op's kernel may still refuse a CPU scalar on CUDA, and an op without a CUDA kernel of
+    its own (CompositeExplicitAutograd) is checked here as one op, not as the ops it runs on
+    CUDA: both are allowed here;
   - every CUDA tensor is on the rank's own device;
   - a collective (a c10d op, or a functional collective: an op of those namespaces with a
     `group_name`) gets only CUDA tensors of the rank, as NCCL does, unless its group was made
@@ -361,6 +366,41 @@ def _name(device: torch.device) -> str:
     return str(device)
 
 
+def _op_key(func: Any) -> str:
+    """The op as native_functions.yaml names it: "index_select", "mul.Tensor"."""
+    schema = func._schema
+    base = schema.name.split("::", 1)[-1]
+    return f"{base}.{schema.overload_name}" if schema.overload_name else base
+
+
+@functools.cache
+def _exact_same_on_cuda() -> frozenset[str]:
+    """The ops whose generated CUDA wrapper checks that every positional tensor is on one
+    device, 0-dim CPU ones included (torchgen's `gen_device_check`, adaption.h's
+    `check_and_update_common_device`): those with a CUDA kernel (their own, or their structured
+    delegate's) and no `device_check: NoCheck`, read from torchgen's packaged yaml."""
+    import torchgen
+    import yaml
+
+    path = Path(torchgen.__file__).parent / "packaged/ATen/native/native_functions.yaml"
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    entries = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+
+    def has_cuda(entry: dict) -> bool:
+        keys = (k.strip() for key in entry.get("dispatch") or {} for k in str(key).split(","))
+        return "CUDA" in set(keys)
+
+    by_name = {e["func"].split("(", 1)[0]: e for e in entries}
+
+    def cuda_kernel(entry: dict) -> bool:  # its own, or its structured delegate's (.out)
+        delegate = by_name.get(entry.get("structured_delegate", ""))
+        return has_cuda(entry) or (delegate is not None and has_cuda(delegate))
+
+    return frozenset(
+        name for name, e in by_name.items() if e.get("device_check") != "NoCheck" and cuda_kernel(e)
+    )
+
+
 # collectives: ProcessGroup methods (c10d) and functional collectives (DTensor, torch.compile)
 _COLLECTIVES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
 
@@ -416,6 +456,38 @@ class DeviceRules:
                 if group.group_name in self.gloo_groups:
                     return True
         return False
+
+    def mixed(self, func: Any, args: tuple, kwargs: dict, cpu: list[torch.Tensor]) -> None:
+        """CPU tensors next to CUDA ones in one op: what CUDA allows. A sized one only as an
+        index of `index`/`index_put(_)`; a 0-dim one only where the op's CUDA wrapper does not
+        check devices (`device_check: NoCheck`: TensorIterator takes CPU scalars) or the op has
+        no CUDA kernel of its own (its parts are checked on CUDA, not seen here)."""
+        from torch.utils._pytree import tree_flatten
+
+        name = str(func)
+        if name in self._CPU_INDICES:  # the indices, and only they, may stay on the CPU
+            at = [a.name for a in func._schema.arguments].index("indices")
+            indices = args[at] if at < len(args) else kwargs.get("indices", ())
+            index_ids = {id(t) for t in indices if t is not None}
+            cpu = [t for t in cpu if id(t) not in index_ids]
+        sized_cpu = [t for t in cpu if t.dim() > 0]
+        if sized_cpu:
+            self.fail(
+                func,
+                f"tensors on cpu {tuple(sized_cpu[0].shape)} and cuda:<rank> "
+                "in one op (CUDA allows only 0-dim cpu tensors there)",
+            )
+        if func.namespace != "aten" or _op_key(func) not in _exact_same_on_cuda():
+            return
+        # the generated CUDA wrapper checks the out and positional tensors (not keyword-only)
+        flat, _ = tree_flatten((args, kwargs.get("out")))
+        checked = {id(t) for t in flat if isinstance(t, torch.Tensor)}
+        if any(id(t) in checked for t in cpu):
+            self.fail(
+                func,
+                "a 0-dim cpu tensor and cuda:<rank> in one op (its CUDA kernel checks "
+                "that every tensor is on one device: no device_check: NoCheck)",
+            )
 
     def target(self, device: Any) -> torch.device | None:
         if device is None:
@@ -480,13 +552,8 @@ class DeviceRules:
                         func,
                         f"a tensor on {_name(d)} on rank {self.rank}, whose device is cuda:<rank>",
                     )
-            sized_cpu = [t for t in cpu if t.dim() > 0]
-            if devices and sized_cpu and name not in self._MOVES and name not in self._CPU_INDICES:
-                self.fail(
-                    func,
-                    f"tensors on cpu {tuple(sized_cpu[0].shape)} and cuda:<rank> "
-                    "in one op (CUDA allows only 0-dim cpu tensors there)",
-                )
+            if devices and cpu and name not in self._MOVES:
+                self.mixed(func, args, kwargs, cpu)
         local_args, local_kwargs = tree_map(
             lambda t: t._local if isinstance(t, OnDevice) else t, (args, kwargs)
         )
