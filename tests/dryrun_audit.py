@@ -5,16 +5,19 @@ tests/test_dryrun.py runs each through `helpers.dryrun.dry_run` and compares the
 src/helpers/dryrun_verdicts.json. Each entry: name -> (worker, world size, args). The world
 size and arguments are not always the notebook's: 05's `algorithms_vs_library_worker` runs at
 2 ranks without the extra cases and at 3 ranks with them (the notebook also launches it at 4);
-07's `checks_worker` runs at 2 ranks with `_syncbn_2()` (the notebook: 4 ranks, its own
-scenarios). What the audit did not run is not device-checked. A harness that runs several
-workers in one launch (`helpers.ddp.jobs_worker`) is audited through the workers it runs.
+07's `checks_worker` runs at 2 ranks with `_syncbn_2()` (the notebook's 2-rank arguments) and
+at 4 ranks with the notebook's `scenarios_4`. What the audit did not run is not device-checked.
+A harness that runs several workers in one launch (`helpers.ddp.jobs_worker`) is audited
+through the workers it runs.
 15's composite worker is audited whole (it stops at its first breach) and through the two
 functions it calls that hold the second and third device faults found by reading it (CPU
 tensors to collectives, the DTensor plan's CPU LayerNorm), called with the arguments the worker
 passes. Not audited: 09's `helpers.train_ddp` (a torchrun script that picks its device from
-`--device` and LOCAL_RANK and makes its own process group: not a `launch` worker), the
-exercises' reader-written workers, and 06's exercise worker `unused_loop_worker`
-(`helpers.exercises.nb06`). `python tests/dryrun_audit.py` prints every verdict as the table's JSON.
+`--device` and LOCAL_RANK and makes its own process group: not a `launch` worker) and the
+exercises' reader-written workers. 06's exercise worker `unused_loop_worker`
+(`helpers.exercises.nb06`; its checker launches it with backend "auto" and the reader's DDP
+arguments) is audited with `{"find_unused_parameters": True}`, a right answer to the exercise.
+`python tests/dryrun_audit.py` prints every verdict as the table's JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import helpers.allreduce as ar
 import helpers.collectives as coll
 import helpers.ddp as ddp
 import helpers.ddp_compile as ddp_compile
+import helpers.exercises.nb06 as ex06
 import helpers.sharded as sharded
 import helpers.syncbn as syncbn
 import helpers.tensor_parallel as tp
@@ -58,6 +62,15 @@ def _syncbn_2() -> tuple:
         syncbn.make_scenario([0, 5], (2, 2, 3, 2), seed=3),
     ]
     return (scenarios, 7, syncbn.make_scenario([6], (3, 4, 4), seed=20), True)
+
+
+def _syncbn_4() -> tuple:
+    """07's 4-rank launch: `scenarios_4` of the notebook's cell, the other arguments default."""
+    scenarios_4 = [
+        syncbn.make_scenario([2, 3, 5, 1], (3, 4, 4), seed=10),
+        syncbn.make_scenario([4, 4, 4, 4], (2, 7), seed=11, momentum=None),
+    ]
+    return (scenarios_4,)
 
 
 REBUILD_OPTIONS = [{}, {"static_graph": True}, {"find_unused_parameters": True},
@@ -108,7 +121,13 @@ def audit() -> dict[str, tuple]:
         "06 bucket_worker": (ddp.bucket_worker, 2, (3,)),
         "06 rebuild_worker": (ddp.rebuild_worker, 2, (REBUILD_OPTIONS, 4)),
         "06 equivalence_worker": (ddp.equivalence_worker, 2, ()),
+        "06 unused_loop_worker (exercise)": (
+            ex06.unused_loop_worker,
+            2,
+            ({"find_unused_parameters": True},),
+        ),
         "07 checks_worker": (syncbn.checks_worker, 2, _syncbn_2()),
+        "07 checks_worker (4 ranks)": (syncbn.checks_worker, 4, _syncbn_4()),
         "07 syncbn_cost_worker": (syncbn.syncbn_cost_worker, 2, (20,)),
         "07 native_syncbn_ddp_worker": (
             syncbn.native_syncbn_ddp_worker,
