@@ -103,6 +103,7 @@ def test_what_has_no_source_of_its_own_is_refused_before_anything_starts() -> No
 # --- functions defined in the notebook (module __main__) ---------------------------------------
 
 NOTEBOOK = """\
+import dataclasses
 import functools
 import torch
 import torch.distributed as dist
@@ -122,8 +123,13 @@ class Scaler:
         return t * self.factor
 
 
+@dataclasses.dataclass
+class Settings:  # no method of its own: its source is found in the cell
+    factor: int = SCALE
+
+
 def scaled(t):
-    return Scaler(SCALE)(t)
+    return Scaler(Settings().factor)(t)
 
 
 def ring(rank, world_size, n):
@@ -199,6 +205,7 @@ def test_a_notebook_function_runs_with_what_it_uses(own_tempdir: Path) -> None:
         "SCALE = 10",
         "LABELS = ('sum', {'ranks': [0, 1], 'unit': None})",
         "class Scaler:",
+        "@dataclasses.dataclass\nclass Settings:",
         "def scaled(t):",
         f"# ring, from notebook cell <ipython-input-3-0123456789ab>, line {ring_line}",
     ):

@@ -24,7 +24,8 @@ Why it is built this way (each point is a pitfall measured on the pinned stack):
   import qualname as name`, when that finds the very same object); `name = <repr>` for plain
   constants (None, bool, int, float, str, bytes, tuples, lists and dicts of them, when the repr
   reads back equal); and the source (`inspect.getsource`, which reads IPython cells through
-  linecache) of `fn` and of every notebook function and class it uses, followed recursively, in
+  linecache; for a class, the cell that defines it, which 3.11's inspect cannot find) of `fn`
+  and of every notebook function and class it uses, followed recursively, in
   the notebook's definition order. Builtins are left alone; annotations are never evaluated
   (`from __future__ import annotations`). Each definition keeps its source lines, so a worker's
   traceback shows the notebook's code, and WorkerError adds to each of its frames the cell and
@@ -426,26 +427,43 @@ def _def_time_names(node: ast.AST) -> list[str]:
     return found
 
 
+def _class_in(filename: str, name: str, line: int | None) -> tuple[str, str, int] | None:
+    """The source of class `name` in a linecache file (containing `line`, if given)."""
+    text = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(text) if text else None
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree) if tree else ():
+        if (
+            isinstance(node, ast.ClassDef)
+            and node.name == name
+            and (line is None or node.lineno <= line <= node.end_lineno)
+        ):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            lines = text.splitlines(keepends=True)[first - 1 : node.end_lineno]
+            return "".join(lines), filename, first
+    return None
+
+
 def _class_source(cls: type) -> tuple[str, str, int]:
     """A class's source, its file and first line, found where its methods were compiled (a
     cell: linecache), as Python 3.13 does; 3.11's `inspect.getsource` looks in
     `__main__.__file__`, which a notebook lacks and which, elsewhere, may hold another class of
-    that name. A class without methods: inspect."""
+    that name. A class without methods of its own (a dataclass): the one cell defining it."""
     for value in vars(cls).values():
         func = getattr(value, "__func__", getattr(value, "fget", value))
         code = getattr(func, "__code__", None)
-        if code is None:
-            continue
-        text = "".join(linecache.getlines(code.co_filename))
-        for node in ast.walk(ast.parse(text)) if text else ():
-            if (
-                isinstance(node, ast.ClassDef)
-                and node.name == cls.__name__
-                and node.lineno <= code.co_firstlineno <= node.end_lineno
-            ):
-                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                lines = text.splitlines(keepends=True)[first - 1 : node.end_lineno]
-                return "".join(lines), code.co_filename, first
+        if code is not None and not code.co_filename.startswith("<string"):
+            found = _class_in(code.co_filename, cls.__name__, code.co_firstlineno)
+            if found:
+                return found
+    cells = [f for f in list(linecache.cache) if f.startswith("<") or "ipykernel" in f]
+    found = {r[0]: r for r in (_class_in(f, cls.__name__, None) for f in cells) if r}
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if len(found) > 1:
+        raise OSError(f"{len(found)} cells define a class {cls.__name__!r}, with different code")
     lines, first = inspect.getsourcelines(cls)
     return "".join(lines), inspect.getsourcefile(cls) or "?", first
 
@@ -530,7 +548,6 @@ class _ModuleWriter:
         self.sources: dict[str, str] = {}  # name -> source, for functions and classes
         self.origins: dict[str, tuple[str, int]] = {}  # name -> (file or cell, first line)
         self.lines: list[tuple[int, int, str, int]] = []  # set by text(): see where()
-        self.first: Any = None
         self._add_definition(fn.__name__, fn, used_by=None)
 
     def _refuse(self, message: str) -> NoReturn:
@@ -574,7 +591,6 @@ class _ModuleWriter:
         if problem:
             self._refuse(f"{where}: {problem}")
         self.sources[name] = ""  # placeholder: a recursive use is not followed twice
-        self.first = self.first or inner
         needs = _def_time_names(node)
         codes = [inner.__code__] if kind == "function" else []
         for value in vars(inner).values() if kind == "class" else ():
@@ -585,7 +601,7 @@ class _ModuleWriter:
             needs += [n for n in _code_globals(code) if n not in needs]
         for needed in needs:
             self._add_global(needed, used_by=name)
-        self.sources[name] = f"# {name}, from {_origin(inner)}\n{source.rstrip()}\n"
+        self.sources[name] = f"# {name}, from {_origin(filename, first)}\n{source.rstrip()}\n"
         self.origins[name] = (filename, first)
 
     def _add_global(self, name: str, used_by: str) -> None:
@@ -610,8 +626,10 @@ class _ModuleWriter:
             if same:
                 self.constants[name] = f"{name} = {text}"
                 return
+        kind = type(value).__name__
+        kind += " whose repr does not read back" if _is_constant(value) else ""
         self._refuse(
-            f"it uses the notebook's global {name!r} (a {type(value).__name__}, in "
+            f"it uses the notebook's global {name!r} (a {kind}, in "
             f"{used_by!r}), which cannot be written into the workers' module: only modules, "
             "functions and classes importable from a module or defined in the notebook, and "
             "plain constants (None, bool, int, float, str, bytes, and tuples, lists and dicts "
@@ -627,7 +645,7 @@ class _ModuleWriter:
         defs = sorted(self.sources, key=rank)
         head = [
             f"# Written by helpers.launch for {self.root!r}, defined in the notebook "
-            f"({_origin(self.first)}):",
+            f"({_origin(*self.origins[self.root])}):",
             "# its source and what it uses from the notebook, for the workers to import.",
             "from __future__ import annotations",
             "",
@@ -639,7 +657,7 @@ class _ModuleWriter:
         self.lines = []
         for name in defs:
             start = text.count("\n") + 2  # the line after the "# name, from ..." comment
-            text += self.sources[name] + ("\n" if name != defs[-1] else "")
+            text += self.sources[name] + ("\n\n" if name != defs[-1] else "")
             end = start + self.sources[name].count("\n") - 2
             self.lines.append((start, end, *self.origins[name]))
         return text
@@ -648,26 +666,15 @@ class _ModuleWriter:
         """The notebook cell (or script) and line that the written module's `line` came from."""
         for start, end, filename, first in self.lines:
             if start <= line <= end:
-                cell = (
-                    "notebook cell " if filename.startswith("<") or "ipykernel" in filename else ""
-                )
-                return f"{cell}{filename}, line {first + line - start}"
+                return _origin(filename, first + line - start)
         return None
 
 
-def _origin(obj: Any) -> str:
+def _origin(filename: str, line: int) -> str:
     """Where a notebook definition was typed: the cell (IPython's name for it) or the script."""
-    func = obj
-    if isinstance(obj, type):
-        funcs = [getattr(v, "__func__", v) for v in vars(obj).values()]
-        func = next((f for f in funcs if isinstance(f, types.FunctionType)), None)
-    code = getattr(func, "__code__", None)
-    if code is None:
-        return "a notebook cell"
-    where, line = code.co_filename, code.co_firstlineno
-    if where.startswith("<") or "ipykernel" in where:
-        return f"notebook cell {where}, line {line}"
-    return f"{where}, line {line} (run as __main__)"
+    if filename.startswith("<") or "ipykernel" in filename:
+        return f"notebook cell {filename}, line {line}"
+    return f"{filename}, line {line} (run as __main__)"
 
 
 def _in_the_notebook(err: WorkerError, writers: dict[str, _ModuleWriter]) -> WorkerError:
