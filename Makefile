@@ -22,7 +22,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 TIMINGS := _build/timings
 
-.PHONY: help lab test test-lax unit execute zh course lint bench system-deps slides-deps widgets-deps book \
+.PHONY: help lab test test-lax unit execute zh course map lint bench system-deps slides-deps widgets-deps book \
 	slides slurm-check clean timings
 
 help: ## list the targets
@@ -127,6 +127,9 @@ course: $(STAMP) ## 00's table, the README tables and the book index from notebo
 	$(BIN)/python tools/course.py docs
 	$(if $(filter-out notebooks/*.ipynb,$(NB)),$(BIN)/python tools/course.py prereqs $(NB))
 	$(BIN)/python tools/course.py check
+
+map: $(STAMP) ## docs/code_map.md: notebook sections -> helpers -> tests, judges, catalogs, from the code
+	$(BIN)/python tools/code_map.py
 
 book: $(STAMP) widgets-deps ## the rendered book of every notebook from its stored outputs, in _build/book
 	$(BIN)/python tools/book.py --out _build/book
