@@ -21,8 +21,9 @@ Why it is built this way:
   naming the exception (a student's bug is feedback, not a crashed cell).
 - Exercises that need several ranks run the reader's function through `launch` like the rest of
   the notebook. A function typed in a notebook lives in `__main__`, which spawned workers cannot
-  import, so `launch_source` writes its source to a module in a temporary folder and the workers
-  import it from there (`inspect.getsource` reads notebook cells too).
+  import, so `launch` writes its source (and what it uses from the notebook) to a module in a
+  temporary folder and the workers import it from there (`inspect.getsource` reads notebook
+  cells too); `launch_source` adds `torch` and `dist` for a reader who did not import them.
 """
 
 from __future__ import annotations
