@@ -1,7 +1,7 @@
 """Checks of facts about the installed packages that say what they expected and what they found.
 
-Used by: every notebook that asserts an API fact (a module or attribute that exists, a parameter,
-a default). CPU or GPU alike; imports nothing heavy itself.
+Used by: notebooks 00-17, wherever one asserts an API fact (a module or attribute that exists,
+a parameter, a default). CPU or GPU alike; imports nothing heavy itself.
 
 Why a module: on a newer torch, `pytest --nbval-lax` must say *what changed*, not just
 `AssertionError`. A bare `assert hasattr(torch.onnx, "symbolic_opset11")` is also wrong in a

@@ -1,6 +1,7 @@
 """Workers and probes for notebook 04 (process groups and collectives).
 
-Used by: notebooks/04_process_groups_and_collectives.ipynb and tests/test_collectives.py.
+Used by: notebook 04 (its workers and probes), notebooks 05, 07, 13 and 15 (the renamed
+collectives' status) and tests/test_collectives.py.
 `collective_renames` / `renamed_collectives_status` hold one fact that notebooks 04, 05 and 13
 assert alike: which old collective names the installed torch marks `@deprecated` in favour of
 `reduce_scatter_single` / `all_gather_single` (`expected_renamed_status` writes down what each

@@ -1,7 +1,8 @@
 """Plumbing for reading torch.compile from the inside: bytecode, guards, AOT graphs, Inductor.
 
-Used by: notebooks 02 (Dynamo bytecode, guards, graph breaks) and 03 (AOTAutograd and Inductor),
-benchmarks/compile_speedup.py, and `helpers.tracing` (`graph_ops`). The timings assume the CPU:
+Used by: notebooks 01 (bytecode capture, `graph_ops`), 02 (Dynamo bytecode, guards, graph
+breaks), 03 (AOTAutograd and Inductor) and 18 (`generated_kernels`), benchmarks/compile_speedup.py,
+and `helpers.tracing` (`graph_ops`). The timings assume the CPU:
 every tensor here is created on the CPU, so a GPU on the machine is simply not used.
 
 - `capture_bytecode()` records the original and the transformed code object of every frame

@@ -1,8 +1,9 @@
 """DistributedDataParallel under the microscope: models, workers and a counting comm hook.
 
-Used by: 06 (DDP internals: broadcast at construction, buffers, sampler, buckets, equivalence)
-and 08 (gradient accumulation with `no_sync`, how large K may be, unused parameters under
-`no_sync`, mixed precision in a DDP step).
+Used by: 06 (DDP internals: broadcast at construction, buffers, sampler, buckets, equivalence),
+08 (gradient accumulation with `no_sync`, how large K may be, unused parameters under
+`no_sync`, mixed precision in a DDP step), 04 (`buffer_sync_facts`), 07 (its broadcast, buffer and
+jobs workers), 13 and 14 (the first iteration's bucket limits).
 Workers run under `helpers.launch.launch` (gloo on CPU; NCCL with one GPU per rank when enough
 GPUs are visible, through `current_device()`); they return plain Python data, never tensors.
 The DistributedSampler helpers are pure: the sampler needs no process group when `num_replicas`

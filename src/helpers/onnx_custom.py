@@ -1,6 +1,7 @@
 """Custom operators in ONNX export: one op (asinh) added every way the installed torch allows.
 
-Used by: notebook 11 (ONNX custom operators). CPU only; ONNX Runtime runs on its CPU provider.
+Used by: notebooks 11 (ONNX custom operators) and 10 (`legacy_symbolic_opsets`,
+`onnx_schema_since`). CPU only; ONNX Runtime runs on its CPU provider.
 
 The running example is `torch.asinh`, the operator of the well-known OpenMMLab/mmdeploy
 deployment tutorial: ONNX has had a standard `Asinh` op since opset 9, yet the TorchScript

@@ -1,7 +1,8 @@
 """ONNX export and checking, quiet enough for nbval: both exporters, ONNX Runtime parity, op
 tables, printable graphs and where each exporter keeps its ATen-to-ONNX translations.
 
-Used by: notebooks 10 (ONNX export, old and new) and 11 (custom operators). CPU only: ONNX
+Used by: notebooks 10 (ONNX export, old and new), 11 (custom operators) and 18 (export and
+the translation tables). CPU only: ONNX
 Runtime runs with its CPU provider and one thread, so a reduction runs in one fixed order; its
 kernels may still round differently on another CPU (vector width), which is why parity is
 reported as thresholds, never as raw errors. `custom_ops_library=` registers a custom-op

@@ -1,6 +1,7 @@
 """Tensor and sequence parallelism: Megatron's f and g from scratch, then DTensor.
 
-Used by: notebook 15 (and 17, `layer_worker`). Workers run under `helpers.launch` with gloo on
+Used by: notebook 15, and `helpers.dimensions` (`layer_worker`, `make_layer`).
+Workers run under `helpers.launch` with gloo on
 the CPU (the notebook asks for gloo). `tensor_parallel_worker` and `dtensor_worker` make every
 tensor and module on `helpers.launch.current_device()`, the launcher's device: device-checked on
 CPU (the dry run, `helpers.dryrun`), not yet run on a GPU; `layer_worker` builds on the CPU. Every

@@ -1,7 +1,8 @@
 """Train a small CNN on the shipped 8x8 digits with DDP: the script a reader copies and adapts.
 
-Used by: notebook 09 (training with torchrun), tests/test_train_ddp.py, the README and
-slurm/train_ddp.sbatch. CPU processes with gloo, or one GPU per process with NCCL (LOCAL_RANK
+Used by: notebook 09 (training with torchrun), notebook 04 (`agent_store_rule`),
+tests/test_train_ddp.py, the README and slurm/train_ddp.sbatch.
+CPU processes with gloo, or one GPU per process with NCCL (LOCAL_RANK
 picks the GPU); the same code, no edits. One file: copy it, keep `helpers.syncbn` or drop
 `--syncBN` on CPU.
 

@@ -1,10 +1,11 @@
 """Step viewers whose view runs in the browser, so a static page moves too: anywidget widgets
 fed with recorded data.
 
-Used by: `helpers.allreduce.ring_step_viewer` (notebook 05), `helpers.tracing.step_viewer`
-(notebook 01), `helpers.pipeline_parallel.timeline_step_viewer` (notebook 16), and
+Used by: the lessons' viewer entry points, which the notebooks call (no notebook imports this
+package): `helpers.allreduce.ring_step_viewer`, `helpers.tracing.step_viewer`,
+`helpers.pipeline_parallel.timeline_step_viewer`,
 `helpers.context_parallel.ring_attention_step_viewer` and
-`helpers.expert_parallel.exchange_step_viewer` (notebook 17). A viewer only
+`helpers.expert_parallel.exchange_step_viewer`. A viewer only
 replays data computed once in Python (every step's picture and text, as plain JSON in the
 widget's `steps` trait; the timeline viewer's one picture in `picture`); the slider, the picture
 and the text are drawn by one ES module per viewer (`ring.js`, `callpath.js`, `pipeline.js`,
