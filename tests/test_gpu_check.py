@@ -85,3 +85,15 @@ def test_the_report_counts_each_notebook_launch_per_backend(monkeypatch, tmp_pat
     )
     assert found == expected, f"expected {expected!r}, found {found!r}"
     assert gpu_check.launch_summary(tmp_path / "none.jsonl") == "", "no launch: nothing to say"
+
+
+def test_every_calibration_toy_exists_and_the_report_says_when_no_nccl_ran() -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import dryrun_workers  # noqa: PLC0415 - after the path
+
+    missing = [name for name in gpu_check.CALIBRATION if not hasattr(dryrun_workers, name)]
+    assert not missing, f"CALIBRATION names toys tests/dryrun_workers.py lacks: {missing}"
+    skipped = [("04_x.ipynb", "skipped", "too few GPUs: NCCL needs 2, found 1")]
+    text = gpu_check.report({"version": "2.13.0+cu"}, 1, skipped, [], [("t", "agrees", "m")])
+    assert "**No NCCL launch of two or more ranks ran** (1 GPU(s))" in text, text
+    assert "| t | agrees | m |" in text, f"expected the toy row in the report, found {text}"

@@ -8,8 +8,11 @@ so "passed" covers NCCL only for the launches that fit; each notebook's row coun
 per backend, from the lines `helpers.launch` appends to PSR_LAUNCH_LOG), then every worker of
 tests/dryrun_audit.py launched for real with `backend="auto"` (NCCL where the machine has a GPU
 per rank, else skipped), and a report, `_build/gpu-report.md`: per notebook and per worker,
-passed, failed with the message, or skipped for too few GPUs. Budget: about ten minutes on one
-GPU (`--budget-s`); what did not start in time is reported as not run.
+passed, failed with the message, or skipped for too few GPUs; and, on any number of GPUs, the
+dry run's rules calibrated against the real device: the toy workers of tests/dryrun_workers.py
+at world size 1 on NCCL, each expected to pass or fail as the dry run says (`CALIBRATION`). With
+one GPU no NCCL launch of two or more ranks is possible, and the report says so first. Budget:
+about ten minutes on one GPU (`--budget-s`); what did not start in time is reported as not run.
 
 torch: the project's pin is a CPU build on CPU machines; when the venv's torch has no CUDA but
 the machine has GPUs, the same pinned version with CUDA is installed into
@@ -227,10 +230,67 @@ def run_workers(python: str, gpus: int, deadline: float) -> list[tuple[str, str,
     return rows
 
 
-def report(facts: dict, gpus: int, notebooks: list, workers: list) -> str:
+# The dry run's rules against the real thing: toy workers of tests/dryrun_workers.py at world
+# size 1 on NCCL (one GPU is enough), each with the verdict kind tests/test_dryrun.py expects of
+# it. A "fails" toy must raise on the real device too, a "passes" toy must not; a disagreement
+# means the dry run's rule is not CUDA's or NCCL's.
+CALIBRATION = {
+    "right_worker": "passes",
+    "cpu_tensor_to_all_reduce_worker": "fails",
+    "cpu_module_worker": "fails",
+    "funcol_cpu_worker": "fails",
+    "cpu_scalar_index_worker": "fails",
+    "gloo_group_worker": "passes",
+}
+
+TOY_RUN = """
+import sys
+sys.path[:0] = [{tests!r}, {src!r}]
+import dryrun_workers as toy
+from helpers.launch import launch
+launch(getattr(toy, {name!r}), 1, backend="nccl", timeout_s=120)
+"""
+
+
+def run_calibration(python: str, deadline: float) -> list[tuple[str, str, str]]:
+    """(toy, outcome, message): "agrees" when the real device did what the dry run says."""
+    rows = []
+    for name, expected in CALIBRATION.items():
+        left = deadline - time.time()
+        if left < 20:
+            rows.append((name, "not run", "the budget ran out"))
+            continue
+        code = TOY_RUN.format(tests=str(ROOT / "tests"), src=str(ROOT / "src"), name=name)
+        try:
+            out = subprocess.run([python, "-c", code], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=min(left, 150))  # fmt: skip
+        except subprocess.TimeoutExpired:
+            rows.append((name, "failed", "timed out"))
+            continue
+        found = "passes" if out.returncode == 0 else "fails"
+        tail = out.stderr.strip().splitlines()[-1][:200] if out.stderr.strip() else ""
+        outcome = "agrees" if found == expected else "failed"
+        rows.append((name, outcome, f"dry run: {expected}; on the GPU: {found}. {tail}".strip()))
+    return rows
+
+
+def report(facts: dict, gpus: int, notebooks: list, workers: list, toys: list = ()) -> str:
+    nccl_ran = any(b == "passed" and "nccl" in c for a, b, c in notebooks) or any(
+        b == "passed" for a, b, c in workers
+    )
     lines = [
         "# GPU check (`make test-gpu`)",
         "",
+        *(
+            []
+            if nccl_ran
+            else [
+                f"**No NCCL launch of two or more ranks ran** ({gpus} GPU(s)): the GPU-designed "
+                "notebooks and the audited workers were skipped; only the CPU notebooks on a "
+                "CUDA build and the toy calibration below ran.",
+                "",
+            ]
+        ),
         f"torch {facts['version']}, {gpus} GPU(s); notebooks under `pytest --nbval-lax`, "
         "workers launched with backend='auto'. A launch takes NCCL only with one GPU per rank: "
         f"with {gpus} GPU(s), a launch of more ranks ran on gloo, so a notebook's 'passed' covers "
@@ -243,6 +303,12 @@ def report(facts: dict, gpus: int, notebooks: list, workers: list) -> str:
         "| worker | outcome | message |",
         "|---|---|---|",
         *[f"| {a} | {b} | {c} |" for a, b, c in workers],
+        "",
+        "The dry run's rules against CUDA and NCCL (toy workers at world size 1 on NCCL):",
+        "",
+        "| toy | outcome | message |",
+        "|---|---|---|",
+        *[f"| {a} | {b} | {c} |" for a, b, c in toys],
         "",
     ]
     return "\n".join(lines)
@@ -270,11 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     gpus = facts["count"]
     left = args.budget_s - (time.time() - start)
     notebooks = run_notebooks(python, gpus, left * 0.75)
+    toys = run_calibration(python, start + args.budget_s * 0.85)
     workers = run_workers(python, gpus, start + args.budget_s)
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    REPORT.write_text(report(facts, gpus, notebooks, workers), encoding="utf-8")
+    REPORT.write_text(report(facts, gpus, notebooks, workers, toys), encoding="utf-8")
     print(REPORT.read_text(encoding="utf-8"))
-    bad = [r for r in notebooks + workers if r[1] in ("failed", "not run")]
+    bad = [r for r in notebooks + workers + toys if r[1] in ("failed", "not run")]
     return 1 if bad else 0
 
 
