@@ -297,6 +297,9 @@ class CodeMap:
     judges: dict[tuple[str, str | None], set[str]]
     zh: dict[tuple[str, str | None], set[str]]
     other: dict[tuple[str, str | None], set[str]]
+    # definition -> the definitions its body names; and what module-level code names
+    edges: dict[tuple[str, str], set[tuple[str, str | None]]] = field(default_factory=dict)
+    module_level: set[tuple[str, str | None]] = field(default_factory=set)
 
     def mapped(self) -> list[str]:
         return sorted(m for m, mod in self.modules.items() if not is_judge(mod.path))
@@ -355,7 +358,41 @@ def build() -> CodeMap:
                 continue
             refs = file_refs(resolver, path)
             add(other, refs.used | refs.shown, rel(path))
-    return CodeMap(modules, notebooks, shown, used, tests, judges, zh, other)
+    edges: dict = {}
+    module_level: set = set()
+    for name, mod in sorted(modules.items()):
+        if is_judge(mod.path):
+            continue
+        package = name if mod.path.name == "__init__.py" else name.rpartition(".")[0]
+        base = {**mod.reexports, **{d: f"{name}.{d}" for d in mod.defs}}
+        for stmt in mod.tree.body:
+            refs = Refs(resolver, dict(base), package)
+            refs.visit(stmt)
+            found = refs.used | refs.shown
+            if getattr(stmt, "name", None) in mod.defs:
+                edges[(name, stmt.name)] = found
+            else:
+                module_level |= found
+    return CodeMap(modules, notebooks, shown, used, tests, judges, zh, other, edges, module_level)
+
+
+ROOT_FOLDERS = ("benchmarks/", "tools/", "solutions/", "book/")
+
+
+def reached(cmap: CodeMap, alive: dict) -> set[tuple[str, str | None]]:
+    """What runs when the notebooks, judges, benchmarks, tools, solutions and book run: their
+    references, followed through the helpers' own code (module-level code counted as run, and
+    definitions kept alive by a registration or a string)."""
+    todo = set(cmap.shown) | set(cmap.used) | set(cmap.judges) | cmap.module_level | set(alive)
+    todo |= {k for k, who in cmap.other.items() if any(w.startswith(ROOT_FOLDERS) for w in who)}
+    seen: set = set()
+    while todo:
+        key = todo.pop()
+        if key in seen:
+            continue
+        seen.add(key)
+        todo |= cmap.edges.get(key, set()) - seen
+    return seen
 
 
 def used_by_notebooks(cmap: CodeMap) -> dict[str, set[str]]:
@@ -382,26 +419,66 @@ def label(key: tuple[str, str | None]) -> str:
     return f"`{short}.{name}`" if name else f"`{short}` (the module)"
 
 
-def summary(cmap: CodeMap) -> tuple[list[tuple[str, str]], dict[str, int]]:
-    defs = [(m, d) for m in cmap.mapped() for d in cmap.modules[m].defs]
-    unused = [
-        k
-        for k in defs
-        if not any(k in t for t in (cmap.shown, cmap.used, cmap.tests, cmap.judges, cmap.other))
+def docstring_nodes(tree: ast.Module) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def kept_alive(cmap: CodeMap, key: tuple[str, str]) -> str | None:
+    """Why a definition no reference reaches still runs: a registering decorator, or a string."""
+    mod, name = key
+    node = next(n for n in cmap.modules[mod].tree.body if getattr(n, "name", None) == name)
+    for dec in getattr(node, "decorator_list", []):
+        text = ast.unparse(dec)
+        if "register" in text:
+            return f"registered by `@{text}`"
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    trees = [(m.name, m.tree) for m in cmap.modules.values()]
+    trees += [
+        (rel(p), ast.parse(p.read_text(encoding="utf-8"))) for p in sorted(ROOT.glob("tests/*.py"))
     ]
+    for where, tree in trees:
+        skip = docstring_nodes(tree)
+        for n in ast.walk(tree):
+            if (
+                isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and id(n) not in skip
+                and word.search(n.value)
+            ):
+                return f"named inside a string of code in `{where}`"
+    return None
+
+
+def summary(cmap: CodeMap) -> tuple[list, dict, dict, list]:
+    defs = [(m, d) for m in cmap.mapped() for d in cmap.modules[m].defs]
+    tables = (cmap.shown, cmap.used, cmap.tests, cmap.judges, cmap.other)
+    unreferenced = [k for k in defs if not any(k in t for t in tables)]
+    alive = {k: why for k in unreferenced if (why := kept_alive(cmap, k))}
+    unused = [k for k in unreferenced if k not in alive]
+    live = reached(cmap, alive)
+    tests_only = [k for k in defs if k not in live and k not in unused]
     figures = {
         "modules": len(cmap.mapped()),
         "definitions": len(defs),
         "shown": sum(k in cmap.shown for k in defs),
         "used": sum(k in cmap.used for k in defs),
         "reached": sum(k in cmap.shown or k in cmap.used for k in defs),
+        "tested": sum(k in cmap.tests for k in defs),
+        "alive": len(alive),
         "unused": len(unused),
+        "tests_only": len(tests_only),
     }
-    return unused, figures
+    return unused, alive, figures, tests_only
 
 
 def render(cmap: CodeMap) -> str:
-    unused, f = summary(cmap)
+    unused, alive, f, tests_only = summary(cmap)
     lines = [
         "# Map of the code",
         "",
@@ -425,13 +502,20 @@ def render(cmap: CodeMap) -> str:
         f"- shown by some notebook: {f['shown']}",
         f"- used by some notebook: {f['used']}",
         f"- shown or used by some notebook: {f['reached']}",
-        f"- referenced by nothing at all (candidates for dead code): {f['unused']}",
-        "",
+        f"- named by some test (`tests/test_*.py`): {f['tested']}",
+        f"- reached by no name `ast` can follow, kept alive otherwise: {f['alive']}",
     ]
-    for key in unused:
-        lines.append(f"  - {label(key)}")
-    if unused:
-        lines.append("")
+    lines += [f"  - {label(k)}: {why}" for k, why in sorted(alive.items())]
+    lines += [f"- referenced by nothing at all (candidates for dead code): {f['unused']}"]
+    lines += [f"  - {label(k)}" for k in unused]
+    lines += [
+        "- run by no notebook, judge, benchmark, tool or solution, even through other helpers"
+        f" (reached only from tests and test workers, or from nothing that runs): {f['tests_only']}"
+    ]
+    for k in tests_only:
+        who = sorted(cmap.tests.get(k, set()) | cmap.other.get(k, set()), key=natural)
+        lines.append(f"  - {label(k)}: {fmt(who)}")
+    lines.append("")
     lines += ["## Notebooks", ""]
     for nb in cmap.notebooks:
         lines += [f"### {nb.title}", "", f"`{rel(nb.path)}`", ""]
