@@ -87,14 +87,6 @@ def cpu_comm_hook_worker(rank: int, world_size: int) -> None:
     model(torch.randn(4, 8, device=device)).sum().backward()
 
 
-def object_collective_worker(rank: int, world_size: int) -> list:
-    """all_gather_object: under NCCL its pickles travel as CUDA tensors of the rank."""
-    gathered: list = [None] * world_size
-    dist.all_gather_object(gathered, {"rank": rank})
-    assert gathered == [{"rank": r} for r in range(world_size)], f"found {gathered}"
-    return gathered
-
-
 def caught_breach_worker(rank: int, world_size: int) -> str:
     """A CPU tensor to all_reduce, its error caught and kept as a result: still a breach."""
     try:
@@ -105,11 +97,16 @@ def caught_breach_worker(rank: int, world_size: int) -> str:
 
 
 def gloo_group_worker(rank: int, world_size: int) -> float:
-    """CPU tensors to a collective on a group made with backend="gloo": right under NCCL too."""
+    """CPU tensors to a collective and to a functional collective on a group made with
+    backend="gloo": right under NCCL too."""
+    import torch.distributed._functional_collectives as funcol
+
     gloo = dist.new_group(backend="gloo")
     t = torch.full((4,), float(rank))
     dist.all_reduce(t, group=gloo)
     assert t.tolist() == [world_size * (world_size - 1) / 2] * 4, f"found {t.tolist()}"
+    out = funcol.all_reduce(torch.full((2,), float(rank)), "sum", gloo)
+    assert out.tolist() == [world_size * (world_size - 1) / 2] * 2, f"found {out.tolist()}"
     return t.sum().item()
 
 
@@ -120,23 +117,15 @@ def funcol_cpu_worker(rank: int, world_size: int) -> None:
     funcol.all_reduce(torch.ones(4), "sum", dist.group.WORLD)
 
 
-def funcol_gloo_group_worker(rank: int, world_size: int) -> list:
-    """A functional collective on CPU tensors of a group made with backend="gloo": right."""
-    import torch.distributed._functional_collectives as funcol
-
-    gloo = dist.new_group(backend="gloo")
-    out = funcol.all_reduce(torch.full((2,), float(rank)), "sum", gloo)
-    assert out.tolist() == [world_size * (world_size - 1) / 2] * 2, f"found {out.tolist()}"
-    return out.tolist()
-
-
 def all_cpu_worker(rank: int, world_size: int) -> list:
-    """A CPU module, a CPU input, backward and an object collective: nothing on the device."""
+    """A CPU module, a CPU input, backward and an object collective (all_gather_object: under
+    NCCL its pickles travel as CUDA tensors of the rank): nothing of its own on the device."""
     torch.manual_seed(0)
     layer = nn.Linear(8, 4)
     layer(torch.randn(2, 8)).sum().backward()
     gathered: list = [None] * world_size
-    dist.all_gather_object(gathered, layer.weight.grad.sum().item())
+    dist.all_gather_object(gathered, {"rank": rank})
+    assert gathered == [{"rank": r} for r in range(world_size)], f"found {gathered}"
     return gathered
 
 

@@ -46,15 +46,7 @@ def test_a_device_correct_worker_passes_with_its_device_ops_counted() -> None:
 
 # no rule broken, but nothing of the worker's own ran on the device (an object collective's
 # pickles, or CPU tensors on a gloo group, are not the worker's device ops)
-@pytest.mark.parametrize(
-    "worker",
-    [
-        toy.all_cpu_worker,
-        toy.object_collective_worker,
-        toy.gloo_group_worker,
-        toy.funcol_gloo_group_worker,
-    ],
-)
+@pytest.mark.parametrize("worker", [toy.all_cpu_worker, toy.gloo_group_worker])
 def test_a_worker_with_nothing_on_the_device_is_not_device_checked(worker) -> None:
     verdict = dry_run(worker, 2)
     assert verdict.text == NO_DEVICE_OP, f"expected {NO_DEVICE_OP!r}, found {verdict}"

@@ -66,19 +66,20 @@ What it cannot see (say so where a verdict depends on it):
 - torch.compile: Dynamo skips every frame while the dry run's dispatch mode is on the stack
   (convert_frame.py's `CatchErrorsWrapper`: "non-infra torch dispatch mode present, this is not
   supported today in torch.compile"), so a compiled function would run eagerly, unchecked as
-  compiled code. The dry run makes the first frame Dynamo is asked to compile a stop, "checked
-  up to <the worker's function that called it> (torch.compile: Dynamo does not compile under
-  the dry run's dispatch mode)", kept even if the worker catches it: nothing compiled is
-  checked, nor anything after that call. Other tracers (`torch.export`, which Dynamo does not
-  skip under a mode): not tried.
+  compiled code. The dry run makes the first frame Dynamo skips for that reason a stop,
+  "checked up to <the worker's function that called it> (torch.compile: Dynamo does not
+  compile under the dry run's dispatch mode)", kept even if the worker catches it: nothing
+  compiled is checked, nor anything after that call (frames Dynamo skips for other reasons,
+  such as torch's own files, are not stops). Other tracers (`torch.export`, which Dynamo does
+  not skip under a mode): not tried.
 - Streams and events: `torch.cuda.Stream`, `Event`, `current_stream`, `stream(...)` are one
   in-order queue (every op runs at once, in program order): a missing `wait_stream` or
   `record_stream` (a race on a real GPU) is not seen.
 - Pinned memory: `pin_memory()` and `pin_memory=True` give plain CPU memory (`is_pinned()`
   is True for it): no asynchronous copies.
 - CUDA-only kernels (SyncBatchNorm's `batch_norm_stats`): no CPU twin, a stop.
-A stop ("checked up to <function>: <why>") is not a failure of the worker: the device rules were
-checked up to that call, and nothing after it.
+A stop ("checked up to <function> (<why>)") is not a failure of the worker: the device rules
+were checked up to that call, and nothing after it.
 """
 
 from __future__ import annotations
