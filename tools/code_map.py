@@ -22,6 +22,11 @@ Nothing here is a hand list. Every fact is found by parsing:
   list.
 
 The modules mapped are every `.py` of `src/helpers/` except the judges (they are a column).
+The summary counts the definitions shown and used, and follows references through the helpers'
+own definitions from what runs (notebooks, judges, benchmarks, tools, solutions, the book, and
+module-level code): a definition no reference reaches is listed with what keeps it alive (a
+registering decorator, or its name in a string of code) or as referenced by nothing at all, and a
+definition reached only from tests as such. None of it deletes anything.
 `used_by_notebooks(map)` gives, per module, the notebooks that show or use it: what
 tests/test_code_map.py holds each docstring's "Used by" line to.
 """
@@ -451,7 +456,7 @@ def kept_alive(cmap: CodeMap, key: tuple[str, str]) -> str | None:
                 and id(n) not in skip
                 and word.search(n.value)
             ):
-                return f"named inside a string of code in `{where}`"
+                return f"named in a string (not a docstring) in `{where}`"
     return None
 
 
