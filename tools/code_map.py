@@ -425,12 +425,18 @@ def label(key: tuple[str, str | None]) -> str:
 
 
 def docstring_nodes(tree: ast.Module) -> set[int]:
+    """The string constants that are docstrings or `__all__` entries."""
     ids = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 ids.add(id(body[0].value))
+        # `__all__` names what a module exports, not what runs
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                ids |= {id(n) for n in ast.walk(node) if isinstance(n, ast.Constant)}
     return ids
 
 
@@ -456,7 +462,7 @@ def kept_alive(cmap: CodeMap, key: tuple[str, str]) -> str | None:
                 and id(n) not in skip
                 and word.search(n.value)
             ):
-                return f"named in a string (not a docstring) in `{where}`"
+                return f"named in a string (not a docstring, not `__all__`) in `{where}`"
     return None
 
 
@@ -465,9 +471,9 @@ def summary(cmap: CodeMap) -> tuple[list, dict, dict, list]:
     tables = (cmap.shown, cmap.used, cmap.tests, cmap.judges, cmap.other)
     unreferenced = [k for k in defs if not any(k in t for t in tables)]
     alive = {k: why for k in unreferenced if (why := kept_alive(cmap, k))}
-    unused = [k for k in unreferenced if k not in alive]
+    unused = sorted(k for k in unreferenced if k not in alive)
     live = reached(cmap, alive)
-    tests_only = [k for k in defs if k not in live and k not in unused]
+    tests_only = sorted(k for k in defs if k not in live and k not in unused)
     figures = {
         "modules": len(cmap.mapped()),
         "definitions": len(defs),
