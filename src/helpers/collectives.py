@@ -2,8 +2,8 @@
 
 Used by: notebook 04 (its workers and probes), notebooks 05, 07, 13 and 15 (the renamed
 collectives' status) and tests/test_collectives.py.
-`collective_renames` / `renamed_collectives_status` hold one fact that notebooks 04, 05 and 13
-assert alike: which old collective names the installed torch marks `@deprecated` in favour of
+`collective_renames` / `renamed_collectives_status` hold one fact that notebooks 04, 05, 07, 13 and
+15 assert alike: which old collective names the installed torch marks `@deprecated` in favour of
 `reduce_scatter_single` / `all_gather_single` (`expected_renamed_status` writes down what each
 release of the matrix does). The workers run under helpers.launch: gloo on CPU, NCCL with one
 GPU per rank when present (tensors live on `current_device()`); each returns plain Python data
