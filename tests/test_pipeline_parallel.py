@@ -12,6 +12,10 @@
   within bounded time naming both ranks; a micro-batch count that does not divide the batch
   fails on the ranks with the same clear error, from scratch and with torch's schedules;
 - the exercise judges accept equivalent right answers (a Fraction, a NumPy float, a tuple).
+- the notebook's editable copy of scratch_order (a cell's function, run through `order_fn`):
+  each of the three changes the notebook suggests fails as the notebook says (the held check's
+  message, the step refusing a backward before its forward, a deadlock's PipelineTimeout), and
+  the checks fail on an altered loss or order.
 """
 
 from __future__ import annotations
@@ -292,3 +296,111 @@ def test_judges_accept_equivalent_answers() -> None:
     assert not ok and "string" in hint, hint
     assert ex.judge("16.3", (8, 7, 6, 5, 4, 3, 2, 1))[0]
     assert ex.judge("16.3", [8.0, 7, 6, 5, 4, 3, 2, 1])[0]
+
+
+# --- the notebook's editable copy of scratch_order (section 3's "change this and rerun") -------
+
+COPY = """\
+def scratch_order(schedule, world_size, m, rank):
+    if schedule == "gpipe":
+        return [(rank, "F", i) for i in range(m)] + [(rank, "B", i) for i in range(m)]
+    warmup = min(world_size - 1 - rank, m)  # forwards before the first backward
+    order = [(rank, "F", i) for i in range(warmup)]
+    for i in range(m - warmup):  # steady state: one forward, one backward
+        order += [(rank, "F", warmup + i), (rank, "B", i)]
+    return order + [(rank, "B", i) for i in range(m - warmup, m)]  # cooldown
+"""
+# the three changes the notebook suggests, each a line of COPY replaced
+BROKEN = {
+    "one more warm-up forward": ("world_size - 1 - rank", "world_size - rank"),
+    "backward first": (
+        '[(rank, "F", warmup + i), (rank, "B", i)]',
+        '[(rank, "B", i), (rank, "F", warmup + i)]',
+    ),
+    "warm-up reversed": ("min(world_size - 1 - rank, m)", "min(rank, m)"),
+}
+
+
+BROKEN_CELLS: list[str] = []  # the cells typed so far, one name each
+
+
+def _typed_in_a_cell(change: str | None = None) -> object:
+    """COPY (with one of BROKEN's changes) as a notebook cell defines it: module __main__, its
+    source in linecache, so launch writes it out for the workers."""
+    import linecache
+
+    code = COPY if change is None else COPY.replace(*BROKEN[change])
+    assert change is None or code != COPY, f"expected {change!r} to change the copy"
+    cell = f"<ipython-input-{len(BROKEN_CELLS) + 1}-{len(code):012x}>"
+    BROKEN_CELLS.append(cell)
+    linecache.cache[cell] = (len(code), None, code.splitlines(keepends=True), cell)
+    namespace = {"__name__": "__main__"}
+    exec(compile(code, cell, "exec"), namespace)
+    return namespace["scratch_order"]
+
+
+def test_the_copy_is_the_helper() -> None:
+    copy = _typed_in_a_cell()
+    for name, p, m in [("gpipe", 4, 8), ("1f1b", 4, 8), ("1f1b", 2, 4), ("1f1b", 4, 2)]:
+        assert all(copy(name, p, m, r) == pp.scratch_order(name, p, m, r) for r in range(p))
+
+
+def test_one_more_warmup_forward_fails_the_held_check_only() -> None:
+    # one copy per launch: launch writes a notebook function to notebook_<name>.py, so two
+    # functions of one name in one launch would both run as the first
+    run = dict(schedule="1f1b", m=8, order_fn=_typed_in_a_cell("one more warm-up forward"))
+    res = launch(pp.scratch_worker, 4, args=([run],), backend="gloo", timeout_s=300)
+    per_rank = [res[r][0] for r in range(4)]
+    problems = pp.check_one_process(4, run, per_rank)["problems"]
+    assert problems == [], f"expected one process's loss and gradients, found {problems}"
+    problems = pp.check_held_and_order(4, run, per_rank)["problems"]
+    assert problems == [
+        "p=4 1f1b m=8: expected [4, 3, 2, 1] micro-batches held at the peak, per rank, "
+        "found [5, 4, 3, 2] (counted) and [5.0, 4.0, 3.0, 2.0] (saved bytes / one "
+        "micro-batch's)"
+    ], problems
+    # the other checks fail too where they should (the same results, altered)
+    per_rank = [dict(r) for r in per_rank]
+    per_rank[3]["loss"] += 1e-3
+    problems = pp.check_one_process(4, run, per_rank)["problems"]
+    assert len(problems) == 1 and "expected one process's loss" in problems[0], problems
+    per_rank[0]["order"] = per_rank[0]["order"][::-1]
+    problems = pp.check_held_and_order(4, run, per_rank)["problems"]
+    assert len(problems) == 2 and "expected the orders" in problems[1], problems
+
+
+def test_backward_first_is_refused_on_the_last_rank() -> None:
+    broken = _typed_in_a_cell("backward first")
+    with pytest.raises(
+        ValueError, match=r"^rank 3: B0 before F0 in B0 F0 B1 F1 .* B7 F7: expected"
+    ):
+        pp._check_order(broken("1f1b", 4, 8, 3), 3, 8)
+    with pytest.raises(WorkerError) as info:
+        runs = [dict(schedule="1f1b", m=4, order_fn=broken)]
+        launch(pp.scratch_worker, 2, args=(runs,), backend="gloo", timeout_s=300)
+    assert info.value.rank == 1, str(info.value)
+    assert (
+        "rank 1: B0 before F0 in B0 F0 B1 F1 B2 F2 B3 F3: expected each backward after its "
+        "forward, whose activations it needs" in str(info.value)
+    ), str(info.value)
+
+
+def test_an_order_missing_a_micro_batch_is_refused() -> None:
+    order = pp.scratch_order("1f1b", 2, 4, 0)[:-1]
+    with pytest.raises(ValueError, match=r"rank 0: expected an order of F0..F3 and B0..B3"):
+        pp._check_order(order, 0, 4)
+
+
+def test_reversed_warmup_deadlocks_and_times_out() -> None:
+    runs = [dict(schedule="1f1b", m=4, order_fn=_typed_in_a_cell("warm-up reversed"))]
+    runs[0]["op_timeout_s"] = 1.0
+    with pytest.raises(WorkerError) as info:
+        launch(pp.scratch_worker, 2, args=(runs,), backend="gloo", timeout_s=300)
+    text = str(info.value)
+    waits = {
+        0: "rank 0: recv of gradient 0 with rank 1 did not complete within 1.0 s",
+        1: "rank 1: recv of activation 1 with rank 0 did not complete within 1.0 s",
+    }
+    assert "PipelineTimeout" in text and waits[info.value.rank] in text, (
+        f"expected rank {info.value.rank} to time out in {waits[info.value.rank]!r}, found {text}"
+    )

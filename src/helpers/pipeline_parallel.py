@@ -28,7 +28,7 @@ import html
 import math
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -59,6 +59,8 @@ __all__ = [
     "slot_text",
     "timeline_step_viewer",
     "scratch_worker",
+    "check_one_process",
+    "check_held_and_order",
     "deadlock_worker",
     "library_worker",
     "mismatch_worker",
@@ -551,6 +553,26 @@ def _wait(work: Any, what: str, rank: int, peer: int, timeout_s: float) -> None:
         ) from err
 
 
+def _check_order(order: Sequence[Action], rank: int, m: int) -> None:
+    """Refuse an order a step cannot run: each F and B of micro-batches 0..m-1 once, B after F."""
+    text = " ".join(f"{kind}{i}" for _, kind, i in order)
+    want = sorted((rank, kind, i) for kind in "FB" for i in range(m))
+    if sorted(tuple(a) for a in order) != want:
+        raise ValueError(
+            f"rank {rank}: expected an order of F0..F{m - 1} and B0..B{m - 1} on stage {rank}, "
+            f"each once, found {text}"
+        )
+    forwards_done: set[int] = set()
+    for _, kind, i in order:
+        if kind == "F":
+            forwards_done.add(i)
+        elif i not in forwards_done:
+            raise ValueError(
+                f"rank {rank}: B{i} before F{i} in {text}: expected each backward after its "
+                "forward, whose activations it needs"
+            )
+
+
 def _prepare_stage(blocks: nn.Module, delay_s: float, meter: SavedBytes) -> None:
     meter.ignore(blocks.parameters())
     for b in blocks:
@@ -575,13 +597,15 @@ def scratch_step(
     delay_s: float = 0.0,
     blocking: bool = False,
     op_timeout_s: float = 60.0,
+    order_fn: Callable[[str, int, int, int], list[Action]] = scratch_order,
 ) -> dict[str, Any]:
     """One training step of `schedule` ("gpipe" or "1f1b") on this rank's stage (block `rank`).
 
     Activations go forward with isend to rank+1, gradients backward to rank-1. With `blocking`,
     every send is waited for at once, as `dist.send` does: 1F1B with two or more micro-batches
     then deadlocks (the last two ranks each wait in a send), and the wait's timeout ends it with
-    PipelineTimeout.
+    PipelineTimeout. The order comes from `order_fn` (a notebook's copy of `scratch_order`
+    can be passed), refused with a ValueError unless it runs each F and B once, B after F.
     """
     model = make_model(world_size)
     stage = model[rank : rank + 1]
@@ -607,7 +631,9 @@ def scratch_step(
         _wait(dist.irecv(buf, peer), what, rank, peer, op_timeout_s)
         return buf
 
-    for _, kind, i in scratch_order(schedule, world_size, m, rank):
+    order = order_fn(schedule, world_size, m, rank)
+    _check_order(order, rank, m)
+    for _, kind, i in order:
         if kind == "F":
             inp = xs[i] if first else recv(rank - 1, f"recv of activation {i}")
             inp = inp.detach().requires_grad_(not first)
@@ -676,6 +702,58 @@ def mismatch_worker(rank: int, world_size: int, op_timeout_s: float) -> None:
     buf = torch.empty(4)
     peer = (rank + 1) % world_size
     _wait(dist.irecv(buf, peer), "recv", rank, peer, op_timeout_s)
+
+
+# ------------------------------------------------------- the checks of a from-scratch run
+
+
+def check_one_process(world_size: int, run: dict[str, Any], per_rank: Sequence[dict]) -> dict:
+    """A from-scratch run's loss and gradients against one process's, within 1e-6.
+
+    `per_rank`: the run's result on each rank, rank 0 first (`scratch_step`'s dicts). Returns
+    {"loss", "one_process_loss", "grad_error"} (the largest |difference| of any gradient entry)
+    and "problems": an "expected ..., found ..." line if the check fails, else nothing.
+    """
+    ref = reference(world_size)
+    grads = {n: g for res in per_rank for n, g in res["grads"].items()}
+    err = max(
+        abs(a - b) for n in ref["grads"] for a, b in zip(grads[n], ref["grads"][n], strict=True)
+    )
+    loss = per_rank[world_size - 1]["loss"]
+    problems = []
+    if not (abs(loss - ref["loss"]) < 1e-6 and err < 1e-6):
+        problems.append(
+            f"p={world_size} {run['schedule']} m={run['m']}: expected one process's loss "
+            f"{ref['loss']:.6f} and gradients within 1e-6, found loss {loss:.6f} and a "
+            f"gradient {err:.3g} off"
+        )
+    return {"loss": loss, "one_process_loss": ref["loss"], "grad_error": err, "problems": problems}
+
+
+def check_held_and_order(world_size: int, run: dict[str, Any], per_rank: Sequence[dict]) -> dict:
+    """A from-scratch run's peak of micro-batches held (counted, and in saved bytes) and the
+    order each rank ran, which must be its `order_fn`'s (else `scratch_order`'s).
+
+    Expected at the peak: m micro-batches on every rank for GPipe, min(p-r, m) on rank r for
+    1F1B. Returns {"held", "saved"} (per rank: the count, and the saved bytes over one
+    micro-batch's) and "problems": an "expected ..., found ..." line per failed check.
+    """
+    p, m, name = world_size, run["m"], run["schedule"]
+    held = [res["peak_held"] for res in per_rank]
+    saved = [res["peak_saved_bytes"] / res["unit_bytes"] for res in per_rank]
+    expected = [m] * p if name == "gpipe" else [min(p - r, m) for r in range(p)]
+    problems = []
+    if not held == expected == saved:
+        problems.append(
+            f"p={p} {name} m={m}: expected {expected} micro-batches held at the peak, per rank, "
+            f"found {held} (counted) and {saved} (saved bytes / one micro-batch's)"
+        )
+    order_fn = run.get("order_fn", scratch_order)
+    planned = [order_fn(name, p, m, r) for r in range(p)]
+    orders = [res["order"] for res in per_rank]
+    if orders != planned:
+        problems.append(f"p={p} {name} m={m}: expected the orders {planned}, found {orders}")
+    return {"held": held, "saved": saved, "problems": problems}
 
 
 # ----------------------------------------------------------------- with PyTorch's API (ranks)
