@@ -4,14 +4,17 @@ groups (one launch per world size)."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from helpers import allreduce
 from helpers.allreduce import (
     ALGORITHMS,
     algorithms_vs_library_worker,
@@ -33,7 +36,7 @@ from helpers.allreduce import (
     timing_worker,
     unchecked_mismatch_worker,
 )
-from helpers.launch import WorkerError, launch
+from helpers.launch import LaunchTimeout, WorkerError, launch
 from helpers.pictures import ring_svg
 from helpers.viewers import STATE_MIME, WIDGET_VIEW_MIME, esm
 
@@ -396,3 +399,77 @@ def test_pipeline_timeline_text() -> None:
     assert lines[3] == "r0 add   ......222......111............"
     piped = pipeline_timeline_text(simulate_pipeline(3, 3)).splitlines()
     assert piped[1] == "r0 send  000000222222111111000000"  # the link never idles
+
+
+# --------------------------------------------------------------------------- notebook 05's copy
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_allreduce_from_scratch.ipynb"
+TRIES_CELL, COPY_CELL, CHECK_CELL = "a05r0001", "a05r0002", "17"  # what to try, the copy, sec. 2
+
+
+def _cell(cell_id: str) -> str:
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    return "".join(next(c["source"] for c in cells if c["id"] == cell_id))
+
+
+def _tries_text() -> str:
+    return " ".join(_cell(TRIES_CELL).split())  # the markdown, its line breaks as spaces
+
+
+def _run_copy(*edits: tuple[str, str]) -> dict:
+    """Run the notebook's edit-and-rerun cell, with `edits` made to it, as IPython runs a cell
+    (under __main__, its source in linecache), after what it uses from the cells before it."""
+    import linecache
+
+    code = _cell(COPY_CELL)
+    for old, new in edits:
+        assert code.count(old) == 1, f"expected {old!r} once in cell {COPY_CELL}, found:\n{code}"
+        code = code.replace(old, new)
+    inputs = {  # section 2's inputs, read from its check cell
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(_cell(CHECK_CELL)).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in INPUT_NAMES
+    }
+    assert sorted(inputs) == sorted(INPUT_NAMES), f"cell {CHECK_CELL}: found only {inputs}"
+    cell = "<ipython-input-25-0a05e0d1c0de>"
+    linecache.cache[cell] = (len(code), None, code.splitlines(keepends=True), cell)
+    namespace = {"__name__": "__main__", "dist": dist, "ar": allreduce, "launch": launch, **inputs}
+    exec(compile(code, cell, "exec"), namespace)
+    return namespace
+
+
+INPUT_NAMES = ("NUMELS", "DTYPE_OPS")
+FORGET_ADD = ("chunks[recv_i].add_(buf)", "chunks[recv_i].copy_(buf)")
+STOP_EARLY = ("range(2 * (world_size - 1))", "range(world_size - 1)")
+REVERSE = ("right, left = (rank + 1)", "left, right = (rank + 1)")
+
+
+@pytest.mark.parametrize(
+    ("edit", "failed"),
+    [
+        (FORGET_ADD, ["all_close", "ints_exact", "max_abs_diff_below_1e-5"]),
+        (STOP_EARLY, ["all_close", "ints_exact", "ranks_identical", "max_abs_diff_below_1e-5"]),
+    ],
+    ids=["forget the addition", "stop after the reduce-scatter"],
+)
+def test_a_broken_copy_fails_the_check_as_notebook_05_says(edit, failed: list[str]) -> None:
+    message = f"N = 2: expected every check True, found False: {failed}"
+    with pytest.raises(AssertionError) as err:
+        _run_copy(edit)
+    assert str(err.value) == message, f"expected {message!r}, found {str(err.value)!r}"
+    text = _tries_text()
+    assert f"`{edit[1]}`" in text and str(failed) in text, (
+        f"cell {TRIES_CELL} should name the edit {edit[1]!r} and the checks {failed}: {text}"
+    )
+    if edit is FORGET_ADD:
+        assert f"`{message}`" in text, f"cell {TRIES_CELL} should quote {message!r}: {text}"
+
+
+def test_the_unbroken_copy_passes_and_a_reversed_ring_passes_only_at_two_ranks() -> None:
+    namespace = _run_copy()  # as committed: it passes at N = 2, 3 and 4 (as nbval also checks)
+    assert sorted(namespace["yours"]) == [2, 3, 4], f"found {sorted(namespace['yours'])}"
+    _run_copy(REVERSE, ("for n in (2, 3, 4)", "for n in (2,)"))  # both neighbours: one rank
+    assert "timeout_s=60" in _cell(COPY_CELL) and "after the launch's 60 s" in _tries_text()
+    with pytest.raises(LaunchTimeout, match=r"ranks \[0, 1, 2\] did not finish within the timeout"):
+        _run_copy(REVERSE, ("timeout_s=60", "timeout_s=20"))  # N = 3 waits; shorter here
+    assert "swap `right` and `left`" in _tries_text(), f"cell {TRIES_CELL}: {_tries_text()}"

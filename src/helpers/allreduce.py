@@ -802,27 +802,30 @@ def _reference(x: torch.Tensor, op: str) -> torch.Tensor:
 def algorithms_vs_library_worker(
     rank: int,
     world_size: int,
-    cases: Sequence[tuple[str, int, str, str]],
+    cases: Sequence[tuple[str | Callable[..., Any], int, str, str]],
     seed: int = 0,
     extras: bool = False,
 ) -> dict[str, Any]:
     """Run each (algorithm, numel, dtype, op) case and `dist.all_reduce` on the same input.
 
-    Algorithm names as `resolve_algorithm` takes them ("ring", "pipelined:3", ...); cases with
-    the same (numel, dtype, op) get the same input. Returns {"cases": [dict per case:
-    max_abs_diff, equal, close, digest, the P2P counts]}; with `extras`, also what a shape
-    mismatch, a segment-count mismatch, an integer AVG, a 2-D and a non-contiguous input do.
+    An algorithm is a name as `resolve_algorithm` takes it ("ring", "pipelined:3", ...) or the
+    function itself, called as `algorithm(x, op=op)` (a reader's copy typed in the notebook:
+    `launch` writes it out for the workers); cases with the same (numel, dtype, op) get the
+    same input. Returns {"cases": [dict per case: max_abs_diff, equal, close, digest, the P2P
+    counts]}; with `extras`, also what a shape mismatch, a segment-count mismatch, an integer
+    AVG, a 2-D and a non-contiguous input do.
     """
     out: dict[str, Any] = {"cases": [], "backend": dist.get_backend()}
     for algorithm, numel, dtype, op in cases:
+        run = resolve_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
         x = _make_input(numel, dtype, op, seed, rank)
         ref = _reference(x, op)
         with count_p2p() as counter:
-            resolve_algorithm(algorithm)(x, op=op)
+            run(x, op=op)
         diff = (x.double() - ref.double()).abs().max().item() if numel else 0.0
         out["cases"].append(
             {
-                "algorithm": algorithm,
+                "algorithm": getattr(algorithm, "__name__", str(algorithm)),
                 "numel": numel,
                 "dtype": dtype,
                 "op": op,
