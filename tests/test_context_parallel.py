@@ -12,8 +12,16 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import linecache
+import re
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from helpers import context_parallel as cp
@@ -155,3 +163,110 @@ def test_library_worker_backward_case_reaches_the_kernel() -> None:
     for r in per_rank:
         assert r[0]["raised"] == "NotImplementedError", r[0]
         assert "_scaled_dot_product_flash_attention_for_cpu" in r[0]["message"], r[0]
+
+
+# -- the notebook's editable copy of ring_attention ("change this and rerun") -------------------
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks/17_context_and_expert_parallelism.ipynb"
+EDIT_CELL = "a17r0002"
+
+
+def _readers_copy(old: str = "", new: str = "") -> Any:
+    """The `ring_attention` of the notebook's edit-and-rerun cell, with `old` replaced by `new`,
+    defined as IPython defines it: compiled under a cell's name, its source in linecache, in a
+    namespace named __main__ (so launch writes it out for the ranks)."""
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    cell = "".join(next(c["source"] for c in nb["cells"] if c.get("id") == EDIT_CELL))
+    fn = next(
+        node
+        for node in ast.parse(cell).body
+        if isinstance(node, ast.FunctionDef) and node.name == "ring_attention"
+    )
+    code = ast.get_source_segment(cell, fn) + "\n"
+    if old:
+        assert code.count(old) == 1, f"expected {old!r} once in the notebook's copy, found:\n{code}"
+        code = code.replace(old, new)
+    name = f"<ipython-input-17-{abs(hash(code)):012x}>"
+    linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+    namespace = {"__name__": "__main__", "torch": torch, "dist": dist, "cp": cp}
+    exec(compile(code, name, "exec"), namespace)
+    return namespace["ring_attention"]
+
+
+CASES = [dict(causal=c, layout=lay) for c in (False, True) for lay in cp.LAYOUTS]
+
+
+def _run_copy(fn: Any) -> list[dict]:
+    """The cell's launches (N = 2 and 4, the four cases) and section 3's comparison."""
+    ring = {
+        n: launch(cp.ring_worker_with, n, args=(fn, CASES), backend="gloo", timeout_s=120)
+        for n in (2, 4)
+    }
+    return cp.one_process_errors(ring, CASES)
+
+
+def _failing(rows: list[dict]) -> list[tuple]:
+    keys = ("out", "lse", "dq", "dk", "dv")
+    return [(r["n"], r["causal"], r["layout"]) for r in rows if not max(r[k] for k in keys) < 2e-6]
+
+
+def test_readers_copy_as_shipped_passes_section_3s_check() -> None:
+    rows = _run_copy(_readers_copy())
+    assert _failing(rows) == [], f"expected the shipped copy to pass, found {_failing(rows)}"
+    cp.check_one_process(rows)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "fails", "where"),
+    [
+        # the key offset never advances: the zig-zag split's second chunk reads the first one's
+        (
+            "                k_off += kn\n",
+            "",
+            [(n, c, "zigzag") for n in (2, 4) for c in (False, True)],
+            "N=2 causal=True zigzag: dq",
+        ),
+        # every held block masked as the rank's own: only the causal cases can tell
+        (
+            "owner = cp.ring_owner(rank, step, world_size)",
+            "owner = rank",
+            [(n, True, lay) for n in (2, 4) for lay in cp.LAYOUTS],
+            "N=4 causal=True contiguous: lse",
+        ),
+    ],
+    ids=["no-k-offset", "owner-is-rank"],
+)
+def test_a_broken_copy_fails_section_3s_check(old, new, fails, where) -> None:
+    # what the notebook's "change this and rerun" markdown says each change makes the checks say
+    rows = _run_copy(_readers_copy(old, new))
+    assert _failing(rows) == fails, f"expected the cases {fails} to fail, found {_failing(rows)}"
+    with pytest.raises(AssertionError) as info:
+        cp.check_one_process(rows)
+    message = str(info.value)
+    pattern = r"expected ring attention to equal SDPA within 2e-6, found \S+ \(worst at (.+)\)"
+    match = re.fullmatch(pattern, message)
+    assert match, f"expected section 3's message, found {message!r}"
+    assert match.group(1) == where, f"expected the worst at {where}, found {match.group(1)}"
+
+
+def test_check_one_process_counts_a_nan_as_a_failure() -> None:
+    row = {"n": 2, "causal": False, "layout": "contiguous", "out": 0.0, "lse": float("nan")}
+    row |= {"dq": 0.0, "dk": 0.0, "dv": 0.0}
+    with pytest.raises(
+        AssertionError, match=r"found nan \(worst at N=2 causal=False contiguous: lse"
+    ):
+        cp.check_one_process([row])
+
+
+def test_a_copy_without_the_tie_deadlocks_in_backward() -> None:
+    # the markdown's third change: without the tie the first launch's causal case times out
+    copy = _readers_copy(
+        "    if tie:  # weight 0: every rank runs all N - 1 backward shifts (section 3)\n"
+        "        out = out + 0.0 * kv.sum()\n",
+        "",
+    )
+    case = dict(causal=True, layout="contiguous")
+    with pytest.raises(LaunchTimeout) as info:
+        launch(cp.ring_worker_with, 2, args=(copy, [case]), backend="gloo", timeout_s=30)
+    assert info.value.ranks == [1], f"expected rank 1 stuck, found {info.value.ranks}"
+    assert "backward" in str(info.value), f"expected rank 1 stuck in backward: {info.value}"

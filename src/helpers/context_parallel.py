@@ -38,6 +38,9 @@ __all__ = [
     "ring_attention",
     "reference",
     "ring_worker",
+    "ring_worker_with",
+    "one_process_errors",
+    "check_one_process",
     "allgather_attention",
     "allgather_worker",
     "strides_worker",
@@ -823,3 +826,66 @@ def ring_attention_step_viewer(
         for s in range(world_size)
     ]
     return RingAttentionViewer(steps, text=steps[0]["text"])
+
+
+# -- edit and rerun: section 3's run and check with the reader's copy of ring_attention ----------
+
+TOLERANCE = 2e-6  # section 3's: float32 rounding of the blockwise merge, measured below 1e-6
+
+
+def ring_worker_with(
+    rank: int, world_size: int, attention: Any, cases: Sequence[dict[str, Any]]
+) -> list[dict]:
+    """`ring_worker` itself, with `attention` (a notebook's copy of `ring_attention`, same
+    signature and return) called in `ring_attention`'s place: the same shards, loss and results.
+    """
+    global ring_attention
+    own = ring_attention
+    ring_attention = attention  # ring_worker looks the name up in this module when it runs
+    try:
+        return ring_worker(rank, world_size, cases)
+    finally:
+        ring_attention = own
+
+
+def one_process_errors(
+    ring: dict[int, Sequence[list[dict]]], cases: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Section 3's comparison: per world size N and case, each of out, lse, dq, dk, dv merged
+    from the ranks' shards (`merge_sequence`) minus one process's (`reference`, SDPA), largest
+    absolute difference. `ring[N]` is a launch's per-rank results of `ring_worker(..., cases)`.
+    """
+    rows = []
+    for n, per_rank in ring.items():
+        for j, case in enumerate(cases):
+            ref = reference(*make_qkv(), case["causal"])
+            ref["lse"] = ref["lse"].unsqueeze(-1)  # (B, H, S, 1): split like q
+            errs = {
+                key: (
+                    merge_sequence([torch.tensor(r[j][key]) for r in per_rank], case["layout"])
+                    - ref[key]
+                )
+                .abs()
+                .max()
+                .item()
+                for key in ("out", "lse", "dq", "dk", "dv")
+            }
+            rows.append({"n": n, "causal": case["causal"], "layout": case["layout"], **errs})
+    return rows
+
+
+def check_one_process(rows: Sequence[dict[str, Any]], tolerance: float = TOLERANCE) -> None:
+    """Section 3's assert on `one_process_errors` rows: every error below `tolerance`, or an
+    AssertionError naming the worst (N, case, tensor).
+    """
+    found = [
+        (row[key], f"N={row['n']} causal={row['causal']} {row['layout']}: {key}")
+        for row in rows
+        for key in ("out", "lse", "dq", "dk", "dv")
+    ]
+    # a NaN counts as the worst: it compares False with everything, so max() would skip it
+    worst, where = max(found, key=lambda e: math.inf if math.isnan(e[0]) else e[0])
+    tol = f"{tolerance:.0e}".replace("e-0", "e-")  # 2e-6, as section 3 prints it
+    assert worst < tolerance, (
+        f"expected ring attention to equal SDPA within {tol}, found {worst:.2e} (worst at {where})"
+    )
