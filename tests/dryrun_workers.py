@@ -148,3 +148,22 @@ def cpu_values_worker(rank: int, world_size: int) -> None:
     """index_put_ with CPU indices (allowed) and sized CPU values (not allowed)."""
     x = torch.zeros(4, device=current_device())
     x[torch.tensor([0, 2])] = torch.tensor([1.0, 2.0])
+
+
+def dtensor_cpu_mesh_worker(rank: int, world_size: int) -> list:
+    """A DTensor on a CPU mesh (the default group: NCCL under `launch`) with a plain CPU local:
+    `torch.mm` on Shard(0) makes DTensor all-gather CPU tensors inside its own dispatch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    a = DTensor.from_local(torch.arange(8.0).reshape(2, 4), mesh, [Shard(0)])  # (4, 4) whole
+    return torch.mm(a, a).to_local().tolist()
+
+
+def dtensor_alltoall_cpu_worker(rank: int, world_size: int) -> list:
+    """DTensor's own collective (`_dtensor.shard_dim_alltoall`) on a CPU tensor."""
+    import torch.distributed.tensor._collective_utils  # noqa: F401 - registers the op
+
+    group = dist.group.WORLD.group_name
+    return torch.ops._dtensor.shard_dim_alltoall(torch.ones(2, 4), 0, 1, group).tolist()

@@ -55,22 +55,26 @@ def test_a_worker_with_nothing_on_the_device_is_not_device_checked(worker) -> No
     )
 
 
+# (worker, op, words, world size): one rank where the rule does not need a peer
 @pytest.mark.parametrize(
-    ("worker", "op", "words"),
+    ("worker", "op", "words", "n"),
     [
-        (toy.cpu_tensor_to_all_reduce_worker, "c10d.allreduce_", "a cpu tensor (4,) handed"),
-        (toy.cpu_module_worker, "aten.addmm", "tensors on cpu (4,) and cuda:<rank>"),
-        (toy.cuda0_worker, "aten.ones", "a tensor on cuda:0 on rank 1"),
-        (toy.ddp_cpu_module_worker, "c10d.", "a cpu tensor"),
-        (toy.cpu_comm_hook_worker, "c10d.allreduce_", "a cpu tensor (36,) handed"),
-        (toy.caught_breach_worker, "c10d.allreduce_", "a cpu tensor (4,) handed"),
-        (toy.funcol_cpu_worker, "_c10d_functional.all_reduce", "a cpu tensor (4,) handed"),
-        (toy.cpu_scalar_index_worker, "aten.index_select", "a 0-dim cpu tensor and cuda:<rank>"),
-        (toy.cpu_values_worker, "aten.index_put_", "tensors on cpu (2,) and cuda:<rank>"),
+        (toy.cpu_tensor_to_all_reduce_worker, "c10d.allreduce_", "a cpu tensor (4,) handed", 2),
+        (toy.cpu_module_worker, "aten.addmm", "tensors on cpu (4,) and cuda:<rank>", 2),
+        (toy.cuda0_worker, "aten.ones", "a tensor on cuda:0 on rank 1", 2),
+        (toy.ddp_cpu_module_worker, "c10d.", "a cpu tensor", 2),
+        (toy.cpu_comm_hook_worker, "c10d.allreduce_", "a cpu tensor (36,) handed", 2),
+        (toy.caught_breach_worker, "c10d.allreduce_", "a cpu tensor (4,) handed", 2),
+        (toy.funcol_cpu_worker, "_c10d_functional.all_reduce", "a cpu tensor (4,) handed", 2),
+        (toy.cpu_scalar_index_worker, "aten.index_select", "a 0-dim cpu tensor and cuda:", 2),
+        (toy.cpu_values_worker, "aten.index_put_", "tensors on cpu (2,) and cuda:<rank>", 2),
+        # DTensor dispatches with the mode off the stack: its locals are checked on entry
+        (toy.dtensor_cpu_mesh_worker, "aten.mm", "a DTensor whose local tensor is on cpu", 2),
+        (toy.dtensor_alltoall_cpu_worker, "_dtensor.shard_dim_alltoall", "a cpu tensor (2, 4)", 1),
     ],
 )
-def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op: str, words: str) -> None:
-    verdict = dry_run(worker, 2)
+def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op, words, n) -> None:
+    verdict = dry_run(worker, n)
     assert verdict.kind == "fails", f"{worker.__name__}: expected a failure, found {verdict}"
     assert verdict.what.startswith(op) and words in verdict.what, (
         f"{worker.__name__}: expected op {op} and {words!r}, found {verdict.what!r}"

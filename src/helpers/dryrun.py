@@ -22,9 +22,15 @@ How it works (each piece measured on torch 2.13.0+cpu):
   and that backend's device guard counts one device, so the rank's index lives in the wrapper.
 - A TorchDispatchMode sees every ATen op (factories with `device="cuda"` included), every
   c10d op and every functional collective (`_c10d_functional`, `_c10d_functional_autograd`:
-  what DTensor, SyncBatchNorm's functional all-reduce and compiled DDP issue), from Python or
-  from C++ (DDP's Reducer and its broadcasts go through the dispatcher too; not the c10d op a
-  functional collective's kernel issues inside the mode's handler), and enforces:
+  what DTensor, SyncBatchNorm's functional all-reduce and compiled DDP issue; `_dtensor`'s
+  `shard_dim_alltoall`, DTensor's Shard(i) -> Shard(j)), from Python or from C++ (DDP's
+  Reducer and its broadcasts go through the dispatcher too; not the c10d op a functional
+  collective's kernel issues inside the mode's handler). An op on a DTensor goes to DTensor's
+  own dispatch, which runs with the mode off the stack: what it issues on plain tensors (the
+  collectives of its redistributions) is not seen, and only ops on OnDevice local tensors
+  reach the rules (through OnDevice's own dispatch). So a DTensor argument whose local tensor
+  is a plain CPU tensor fails on entry, unless every group of its mesh was made with gloo
+  (wider than NCCL: a DTensor op that would issue no collective fails too). It enforces:
   - the tensors of one op share one device, except: copies (`_to_copy`, `copy_`,
     `lift_fresh`) may cross devices; the indices of `index`, `index_put(_)` may be CPU tensors
     of any size (their values may not); and a 0-dim CPU tensor may sit next to CUDA ones
@@ -402,8 +408,9 @@ def _exact_same_on_cuda() -> frozenset[str]:
     )
 
 
-# collectives: ProcessGroup methods (c10d) and functional collectives (DTensor, torch.compile)
-_COLLECTIVES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd"})
+# collectives: ProcessGroup methods (c10d), functional collectives (DTensor, torch.compile) and
+# DTensor's own all-to-all (`_dtensor.shard_dim_alltoall`, Shard(i) -> Shard(j) on a GPU mesh)
+_COLLECTIVES = frozenset({"c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor"})
 
 
 class DeviceRules:
@@ -490,6 +497,28 @@ class DeviceRules:
                 "that every tensor is on one device: no device_check: NoCheck)",
             )
 
+    def dtensor_locals(self, func: Any, tensors: list[torch.Tensor]) -> None:
+        """DTensor runs its own dispatch with this mode off the stack, so the collectives of its
+        redistributions reach the rules only through OnDevice locals (OnDevice's own dispatch):
+        a DTensor argument whose local tensor is a plain CPU tensor is a breach, unless every
+        group of its mesh was made with gloo. Wider than NCCL: a DTensor op that would issue no
+        collective fails too."""
+        dtensor = sys.modules.get("torch.distributed.tensor")
+        if dtensor is None:
+            return
+        for t in tensors:
+            if not isinstance(t, dtensor.DTensor) or isinstance(t._local_tensor, OnDevice):
+                continue
+            mesh = t.device_mesh
+            if all(g.group_name in self.gloo_groups for g in mesh.get_all_groups()):
+                continue
+            self.fail(
+                func,
+                f"a DTensor whose local tensor is on cpu {tuple(t._local_tensor.shape)} "
+                f"(mesh device type {mesh.device_type}; NCCL takes CUDA tensors only, so its "
+                "redistributions' collectives would get cpu tensors)",
+            )
+
     def target(self, device: Any) -> torch.device | None:
         if device is None:
             return None
@@ -507,6 +536,7 @@ class DeviceRules:
         flat, _ = tree_flatten((args, kwargs))
         tensors = [t for t in flat if isinstance(t, torch.Tensor)]
         if any(type(t) not in (OnDevice, torch.Tensor, torch.nn.Parameter) for t in tensors):
+            self.dtensor_locals(func, tensors)
             return func(*args, **kwargs)  # DTensor and kin: their own dispatch, on their locals
         devices = {t._logical for t in tensors if isinstance(t, OnDevice)}
         cpu = [t for t in tensors if not isinstance(t, OnDevice)]
