@@ -167,3 +167,34 @@ def dtensor_alltoall_cpu_worker(rank: int, world_size: int) -> list:
 
     group = dist.group.WORLD.group_name
     return torch.ops._dtensor.shard_dim_alltoall(torch.ones(2, 4), 0, 1, group).tolist()
+
+
+def numpy_on_device_worker(rank: int, world_size: int) -> list:
+    """`.numpy()` of a device tensor: CUDA refuses it (a TypeError there)."""
+    return torch.ones(3, device=current_device()).numpy().tolist()
+
+
+def assert_worker(rank: int, world_size: int) -> None:
+    """The worker's own error (a failed value check): it fails, not a stop."""
+    x = torch.ones(2, device=current_device())
+    assert x.sum().item() == 3.0, "a value check failed"
+
+
+def caught_stops_worker(rank: int, world_size: int) -> str:
+    """A torch.cuda query the dry run cannot answer, then a CUDA-only kernel, each caught:
+    unchecked from the first."""
+    try:
+        torch.cuda.max_memory_allocated()
+    except AttributeError:
+        pass
+    return caught_kernel_worker(rank, world_size)
+
+
+def caught_kernel_worker(rank: int, world_size: int) -> str:
+    """A CUDA-only kernel (no CPU twin) caught, with a fallback: unchecked from there."""
+    x = torch.randn(4, 3, device=current_device())
+    try:
+        mean, _ = torch.batch_norm_stats(x, 1e-5)
+    except NotImplementedError:
+        mean = x.mean(0)
+    return str(mean.shape)

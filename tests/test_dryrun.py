@@ -3,8 +3,9 @@
 (a) the machinery: a device-correct toy worker passes, with its device ops counted; a worker
     that breaks no rule but runs nothing on the device is "no device op", not device-checked;
     each device rule broken by a toy worker fails with the worker's name, the rank and the op;
-    a torch.cuda call it cannot answer, and the first call of a compiled function, are stops
-    ("checked up to"), not passes.
+    a torch.cuda call it cannot answer, a CUDA-only kernel and the first call of a compiled
+    function are stops ("checked up to"), not passes, even when the worker catches them; the
+    worker's own error (a failed assert) fails it, not a stop.
 (b) the audit: every worker of tests/dryrun_audit.py (what the GPU-designed notebooks hand to
     `launch`) has the verdict src/helpers/dryrun_verdicts.json records; a changed verdict, in
     either direction, fails until the table is updated (`python tests/dryrun_audit.py`).
@@ -71,6 +72,7 @@ def test_a_worker_with_nothing_on_the_device_is_not_device_checked(worker) -> No
         # DTensor dispatches with the mode off the stack: its locals are checked on entry
         (toy.dtensor_cpu_mesh_worker, "aten.mm", "a DTensor whose local tensor is on cpu", 2),
         (toy.dtensor_alltoall_cpu_worker, "_dtensor.shard_dim_alltoall", "a cpu tensor (2, 4)", 1),
+        (toy.numpy_on_device_worker, "Tensor.numpy", "a tensor on cuda:0 to numpy", 1),
     ],
 )
 def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op, words, n) -> None:
@@ -98,6 +100,35 @@ def test_an_unanswered_cuda_call_is_a_stop_not_a_pass() -> None:
     assert verdict.kind == "checked up to", f"expected a stop, found {verdict}"
     assert verdict.what.startswith("cuda_api_worker (AttributeError"), (
         f"the stop should name the function and the error, found {verdict.what!r}"
+    )
+
+
+# a stop is what the dry run cannot answer, kept even if the worker catches it (the first one)
+@pytest.mark.parametrize(
+    ("worker", "what"),
+    [
+        (toy.caught_stops_worker, "caught_stops_worker (AttributeError: "),
+        (
+            toy.caught_kernel_worker,
+            "caught_kernel_worker (NotImplementedError: Could not run 'aten::batch_norm_stats' "
+            "with arguments from the 'CPU' backend)",
+        ),
+    ],
+)
+def test_a_caught_stop_is_still_a_stop(worker, what: str) -> None:
+    verdict = dry_run(worker, 1)
+    assert verdict.kind == "checked up to" and verdict.what.startswith(what), (
+        f"{worker.__name__}: expected the stop {what!r}..., found {verdict}"
+    )
+
+
+def test_the_workers_own_error_fails_it_with_its_line() -> None:
+    # not a stop: the GPU path raises it too
+    verdict = dry_run(toy.assert_worker, 1)
+    expected = "fails: AssertionError: a value check failed"
+    assert verdict.text == expected, f"expected {expected!r}, found {verdict}"
+    assert re.search(r"\[rank 0, tests/dryrun_workers.py:\d+ in assert_worker\]", verdict.detail), (
+        f"the detail should give the rank and the worker's line, found {verdict.detail!r}"
     )
 
 

@@ -6,7 +6,8 @@ machine with CUDA, run the worker on the GPUs instead.
 
     verdict = dry_run(fn, world_size, args)   # fn(rank, world_size, *args), the same worker code
     verdict.kind      # "device-checked", "no device op", "checked up to" or "fails"
-    verdict.text      # the line of the verdict table: "fails: aten.addmm tensors on cpu and ..."
+    verdict.text      # the line of the verdict table: "fails: aten.addmm tensors on cpu and ...",
+                      # or "fails: AssertionError: ..." for the worker's own error
 
 How it works (each piece measured on torch 2.13.0+cpu):
 - The ranks are real processes under `helpers.launch.launch` with gloo, so collectives carry
@@ -84,8 +85,14 @@ What it cannot see (say so where a verdict depends on it):
 - Pinned memory: `pin_memory()` and `pin_memory=True` give plain CPU memory (`is_pinned()`
   is True for it): no asynchronous copies.
 - CUDA-only kernels (SyncBatchNorm's `batch_norm_stats`): no CPU twin, a stop.
-A stop ("checked up to <function> (<why>)") is not a failure of the worker: the device rules
-were checked up to that call, and nothing after it.
+A stop ("checked up to <function> (<why>)") is an error from what the dry run cannot answer,
+and only that: a kernel with no CPU twin (NotImplementedError "Could not run ... 'CPU'
+backend"), a `torch.cuda` function or `torch._C._cuda_*` binding it does not answer, the
+torch.compile stop. The device rules were checked up to that call, and nothing after it; a
+stop the worker catches is recorded and kept (the first one), as a breach is. Anything else
+the worker raises (a failed assert, a TypeError) is its own error, which the GPU path would
+raise too: "fails: <type>: <message>", with the worker's line in the detail. `.numpy()` of a
+device tensor is a breach (CUDA refuses it).
 """
 
 from __future__ import annotations
@@ -224,6 +231,34 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
     torch.Tensor.cuda = to_cuda
 
 
+def _record_cuda_stops() -> None:
+    """Each function of `torch.cuda` the dry run does not answer records the error it raises
+    as a stop (a worker that catches it, `except AttributeError` round a memory query, still
+    stops there)."""
+    import types
+
+    def recorded(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as err:
+                if _active is not None and not _active.stops:
+                    _active.stop(_stop_text(_worker_function(), err))
+                raise
+
+        return wrapper
+
+    cuda = torch.cuda
+    for name, value in list(vars(cuda).items()):
+        if (
+            isinstance(value, types.FunctionType)
+            and not name.startswith("_")
+            and value.__module__.startswith("torch.cuda")
+        ):
+            setattr(cuda, name, recorded(value))
+
+
 def _indexed(device: Any) -> Any:
     """torch.device("cuda", current) for "cuda"; anything else as it is."""
     if isinstance(device, (str, torch.device)):
@@ -336,10 +371,13 @@ class OnDevice(torch.Tensor):
         return self._local.tolist()
 
     def numpy(self, *, force: bool = False) -> Any:  # type: ignore[override]
-        raise TypeError(  # as on CUDA
-            f"can't convert {self._logical} device type tensor to numpy. "
-            "Use Tensor.cpu() to copy the tensor to host memory first."
+        message = (  # CUDA raises TypeError: "can't convert cuda:0 device type tensor to numpy"
+            f"a tensor on {self._logical} to numpy (CUDA refuses it: "
+            "Tensor.cpu() first, to copy it to host memory)"
         )
+        if _active is None:
+            raise TypeError(message)
+        _active.fail("Tensor.numpy", message)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"OnDevice({self._local!r}, device='{self._logical}')"
@@ -428,7 +466,7 @@ class DeviceRules:
         self._pinned: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
         self.collectives: list[str] = []  # every collective checked, in order (tests read it)
         self.breaches: list[str] = []  # every breach raised, caught by the worker or not
-        self.stops: list[str] = []  # "fn (why)" of each stop the dry run raised (torch.compile)
+        self.stops: list[str] = []  # "fn (why)" of each stop met (unanswered surfaces)
         self.gloo_groups: set[str] = set()  # names of groups made with new_group(backend="gloo")
         # the evidence of "device-checked": ops that saw (or made) a tensor on the device, and
         # collectives handed device tensors; not counted inside object collectives (_uncounted)
@@ -440,6 +478,10 @@ class DeviceRules:
         """Remember `tensor` as pinned (is_pinned() is True for it, as for CUDA's pinned memory)."""
         self._pinned.add(tensor)
         return tensor
+
+    def stop(self, what: str) -> None:
+        """Record a stop ("fn (why)"): what the dry run cannot answer, caught or not."""
+        self.stops.append(what)
 
     def fail(self, func: Any, message: str) -> None:
         text = f"{_MARK} {func}: {message} [rank {self.rank}, {_worker_frame()}]"
@@ -605,6 +647,8 @@ class DeviceRules:
             out = func(*local_args, **local_kwargs)
         except Exception as err:
             err.add_note(f"(the dry run ran {func} on the CPU tensors)")
+            if _is_stop(err):  # a CUDA-only kernel: recorded, a worker that catches it stops
+                self.stop(_stop_text(_worker_function(), err))
             raise
         if pin:
             return self.pinned(out)
@@ -684,7 +728,7 @@ def _stop_compiles(module: Any) -> None:
         reason = getattr(result, "skip_reason", None) or ""
         if _active is not None and _DYNAMO_SKIP in reason:
             what = f"{_worker_function()} ({_COMPILE_STOP})"
-            _active.stops.append(what)  # recorded: a worker that catches it still stops here
+            _active.stop(what)  # recorded: a worker that catches it still stops here
             raise CompileUnderDryRun(
                 f"{what}: Dynamo was asked to compile {frame.f_code.co_name} "
                 f"({Path(frame.f_code.co_filename).name}:{frame.f_code.co_firstlineno}) "
@@ -748,20 +792,51 @@ def _mode(rank: int) -> Any:
 # --- running a worker -------------------------------------------------------------------------
 
 
-def _stop_point(err: BaseException) -> str:
-    """The innermost worker function of the traceback and why it stopped, for 'checked up to'."""
-    frames = traceback.extract_tb(err.__traceback__)
-    inner = "?"
-    for frame in frames:
-        path = Path(frame.filename).resolve()
-        if path == _HERE or _TORCH in path.parents:
-            continue
-        inner = frame.name
+def _message(err: BaseException) -> str:
+    """The error's first sentence, without addresses, paths or ports (deterministic)."""
     msg = str(err).strip().splitlines()[0] if str(err).strip() else ""
     msg = re.sub(r"0x[0-9a-f]+", "0x...", msg)
     msg = re.sub(r"\[[^\]]*\](:\d+)?", "[...]", msg)  # paths, addresses, ports
-    msg = msg.split(". ")[0][:160]  # the first sentence
-    return f"{inner} ({type(err).__name__}: {msg})"
+    return msg.split(". ")[0][:160]
+
+
+def _stop_text(inner: str, err: BaseException) -> str:
+    return f"{inner} ({type(err).__name__}: {_message(err)})"
+
+
+def _worker_frames(err: BaseException) -> list[traceback.FrameSummary]:
+    """The traceback's frames outside torch, this module and the launcher (the worker's)."""
+    return [
+        frame
+        for frame in traceback.extract_tb(err.__traceback__)
+        if (path := Path(frame.filename).resolve()) not in (_HERE, _LAUNCH)
+        and _TORCH not in path.parents
+    ]
+
+
+def _stop_point(err: BaseException) -> str:
+    """The innermost worker function of the traceback and why it stopped, for 'checked up to'."""
+    frames = _worker_frames(err)
+    return _stop_text(frames[-1].name if frames else "?", err)
+
+
+_CUDA_PACKAGE = _TORCH / "cuda"
+
+
+def _is_stop(err: BaseException) -> bool:
+    """An error from what the dry run cannot answer on a CPU: a kernel with no CPU twin
+    (NotImplementedError "Could not run ... 'CPU' backend"), a `torch.cuda` function or a
+    `torch._C._cuda_*` binding it does not answer (the CPU build's AttributeError, NameError,
+    ...), or the torch.compile stop. Anything else a worker raises is the worker's error."""
+    if isinstance(err, CompileUnderDryRun):
+        return True
+    text = str(err)
+    if isinstance(err, NotImplementedError) and "Could not run" in text and "'CPU' backend" in text:
+        return True
+    if isinstance(err, AttributeError) and "torch._C" in text and "_cuda" in text:
+        return True
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and _CUDA_PACKAGE in Path(frames[-1].filename).resolve().parents
 
 
 def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequence[Any]) -> dict:
@@ -770,6 +845,7 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
 
     _install()
     _answer_cuda_queries(rank, world_size)
+    _record_cuda_stops()
     helpers.launch._device = torch.device("cuda", rank)
     mode = _mode(rank)
     _catch_compiles()
@@ -782,15 +858,15 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
             raise DryRunStop(json.dumps(_breach_verdict(_active.breaches[0]))) from None
         if _MARK in text:
             verdict = _breach_verdict(text)
-        elif _active.stops:  # the first stop the dry run raised, even if the worker caught it
+        elif _active.stops:  # the first stop met, even if the worker caught it
             verdict = _stop_verdict(_active.stops[0], err)
-        else:
+        elif _is_stop(err):
+            verdict = {"kind": "checked up to", "what": _stop_point(err), "detail": _trace(err)}
+        else:  # the worker's own error (an assert, a TypeError...): it fails, as on the GPU
             verdict = {
-                "kind": "checked up to",
-                "what": _stop_point(err),
-                "detail": "".join(traceback.format_tb(err.__traceback__))[-4000:]
-                + f"{type(err).__name__}: {str(err)[:400]}"
-                + "".join(f"\n{note}" for note in getattr(err, "__notes__", ())),
+                "kind": "fails",
+                "what": f"{type(err).__name__}: {_message(err)}",
+                "detail": f"[rank {rank}, {_raised_at(err)}] the worker raised it\n{_trace(err)}",
             }
         raise DryRunStop(json.dumps(verdict)) from None
     if _active.breaches:  # the worker caught every breach it met: it still fails
@@ -802,6 +878,25 @@ def dry_worker(rank: int, world_size: int, fn: Callable[..., Any], args: Sequenc
         "device_ops": _active.device_ops,
         "device_collectives": _active.device_collectives,
     }
+
+
+def _raised_at(err: BaseException) -> str:
+    """file:line in function of the worker's innermost frame in the traceback."""
+    frames = _worker_frames(err)
+    if not frames:
+        return "?"
+    path = Path(frames[-1].filename).resolve()
+    with contextlib.suppress(ValueError):
+        path = path.relative_to(Path.cwd())
+    return f"{path}:{frames[-1].lineno} in {frames[-1].name}"
+
+
+def _trace(err: BaseException) -> str:
+    return (
+        "".join(traceback.format_tb(err.__traceback__))[-4000:]
+        + f"{type(err).__name__}: {str(err)[:400]}"
+        + "".join(f"\n{note}" for note in getattr(err, "__notes__", ()))
+    )
 
 
 def _stop_verdict(what: str, err: BaseException | None) -> dict:
