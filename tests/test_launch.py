@@ -295,6 +295,295 @@ def test_a_function_typed_in_ipython_runs(tmp_path: Path) -> None:
     )
 
 
+_IPYTHON_EDITED = [
+    "import dataclasses, json\nfrom helpers.launch import launch\n",
+    "@dataclasses.dataclass\nclass Cfg:\n    n: int = 2\n",
+    "def cfg_worker(rank, world_size):\n    return Cfg().n\n",
+    "first = list(launch(cfg_worker, 2))\n",
+    "@dataclasses.dataclass\nclass Cfg:  # the cell above, edited and rerun\n    n: int = 3\n",
+    'print("RESULT", json.dumps([first, list(launch(cfg_worker, 2))]))\n',
+]
+
+
+def test_a_dataclass_edited_in_ipython_runs_as_edited(tmp_path: Path) -> None:
+    """Real IPython cells (InteractiveShell.run_cell, as a kernel runs them): IPython keeps the
+    old cell's text in linecache too; the launch writes the class that is defined now."""
+    pytest.importorskip("IPython")
+    script = (
+        "import json, sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "for cell in json.loads(sys.argv[1]):\n"
+        "    shell.run_cell(cell).raise_error()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src"), "IPYTHONDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(_IPYTHON_EDITED)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,  # a bound: it takes seconds
+    )
+    found = re.search(r"RESULT (.*)", done.stdout)
+    assert found and json.loads(found.group(1)) == [[2, 2], [3, 3]], (
+        f"expected RESULT [[2, 2], [3, 3]] (before and after the edit), found:\n"
+        f"{done.stdout}\n{done.stderr}"
+    )
+
+
+# --- edit-and-rerun: several cells, redefinitions, values that changed since a def ran ---------
+
+_CELL_NUMBERS = iter(range(100, 10_000))
+
+
+def _cells(*codes: str, namespace: dict | None = None) -> dict:
+    """Run `codes` as successive IPython cells (each its own <ipython-input-N-...>, N rising)
+    in one `__main__` namespace, as a reader who edits and reruns cells does."""
+    import linecache
+
+    ns = namespace if namespace is not None else {"__name__": "__main__", "__file__": __file__}
+    for code in codes:
+        cell = f"<ipython-input-{next(_CELL_NUMBERS)}-0123456789ab>"
+        linecache.cache[cell] = (len(code), None, code.splitlines(keepends=True), cell)
+        exec(compile(code, cell, "exec", dont_inherit=True), ns)  # not this file's __future__
+    return ns
+
+
+_EDITED = [
+    """\
+import dataclasses
+import functools
+import xml.etree.ElementTree
+from typing import ClassVar
+
+import torch
+
+N = 2
+SCALE = 3
+G = 4
+
+
+def dflt(rank, world_size, n=N, *, k=N + 1):
+    return n * 10 + k
+""",
+    "N = 5\n",  # rebound after dflt's def ran: dflt keeps n=2, k=3
+    "class Model:\n    pass\n",  # first bound here, before Base
+    "class Base:\n    tag = 'base'\n",
+    "class Model(Base):  # redefined: needs Base above it\n    pass\n",
+    """\
+@dataclasses.dataclass
+class Cfg:
+    n: int = 2
+    registry: ClassVar[int] = 5
+""",
+    """\
+@dataclasses.dataclass
+class Cfg:  # the same cell, edited and rerun
+    n: int = 3
+    registry: ClassVar[int] = 5
+""",
+    """\
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+
+def make(rank):
+    return Box(rank)
+
+
+class A:
+    class B:
+        def m(self):
+            return G
+
+
+class L:
+    f = staticmethod(lambda x: SCALE * x)
+
+
+y = torch.ones(1)  # a tensor global: K's own y and OUT's store do not read it
+OUT = torch.zeros(1)
+
+
+class K:
+    y = 1
+    z = y + 1
+
+
+@functools.cache
+def driver(rank, world_size, step, box):
+    global OUT
+    OUT = rank
+    return {
+        "defaults": dflt(rank, world_size),
+        "shared class": isinstance(step(rank), Box),
+        "box arg": [type(box).__name__, box.v],
+        "base": Model.tag,
+        "fields": [f.name for f in dataclasses.fields(Cfg)],
+        "edited": Cfg().n,
+        "nested": A.B().m(),
+        "class lambda": L.f(2),
+        "submodule": xml.etree.ElementTree.fromstring("<a/>").tag,
+        "class local": K.z,
+    }
+""",
+]
+
+
+def test_edited_cells_run_what_the_notebook_has(own_tempdir: Path) -> None:
+    """Each key is a world where the written module re-ran something differently from the
+    notebook: re-evaluated defaults, a class per function, a ClassVar made a field, ..."""
+    nb = _cells(*_EDITED)
+    args = (nb["make"], nb["Box"](7))
+    expected = [nb["driver"](rank, 2, *args) for rank in range(2)]
+    assert expected[0]["defaults"] == 23 and expected[0]["edited"] == 3, expected  # the notebook
+    assert expected[0]["fields"] == ["n"], f"expected ClassVar not a field, found {expected}"
+    source = notebook_module(nb["driver"])
+    assert source.index("class Base") < source.index("class Model(Base)"), source
+    res = launch(nb["driver"], 2, args=args)
+    assert list(res) == expected, f"expected what the notebook returns, {expected}; found {res}"
+    assert list(own_tempdir.iterdir()) == [], "the launch left its temporary folder behind"
+
+
+_REFUSED = [
+    """\
+import dataclasses
+import torch
+
+SCALE = 10
+REG = []
+
+
+def register(f):
+    REG.append(f.__name__)
+    return f
+
+
+@dataclasses.dataclass
+class Settings:
+    factor: int = SCALE
+
+
+def uses_settings(rank, world_size):
+    return Settings().factor
+
+
+class Plain:
+    factor = 1
+
+
+def object_default(rank, world_size, s=Plain()):  # one object, made when the def ran
+    return s.factor
+
+
+class M:
+    @register
+    def f(self):
+        return 1
+
+
+def registers(rank, world_size):
+    return [M().f(), list(REG)]
+
+
+def ring(rank, world_size):
+    return "old"
+
+
+saved = ring
+""",
+    "SCALE = 5\n",
+    "def ring(rank, world_size):\n    return 'new'\n",
+    """\
+import sys, types
+
+fakemod = types.ModuleType("fakemod")
+sys.modules["fakemod"] = fakemod
+BIG = 10**5000
+BIGL = list(range(200_000))
+
+
+def uses_fake(rank, world_size):
+    return fakemod.__name__
+
+
+def uses_big(rank, world_size):
+    return BIG
+
+
+def uses_bigl(rank, world_size):
+    return len(BIGL)
+""",
+]
+
+
+def test_what_would_run_differently_in_the_workers_is_refused_naming_it(
+    own_tempdir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    nb = _cells(*_REFUSED)
+    log = tmp_path / "launches.jsonl"
+    monkeypatch.setenv("PSR_LAUNCH_LOG", str(log))
+    for call, match in [
+        ((nb["uses_settings"], 2), r"class 'Settings'.*'factor' = SCALE.*holds \(10\)"),
+        ((nb["object_default"], 2), r"default of its parameter 's' \(Plain\(\)\)"),
+        ((nb["registers"], 2), r"class 'M'.*decorator @register"),
+        ((w.apply_worker, 2, (nb["saved"], nb["ring"])), r"two different .* named 'ring'"),
+        ((nb["uses_fake"], 2), r"global 'fakemod' \(a module"),
+        ((nb["uses_big"], 2), r"global 'BIG' \(a int whose repr"),
+        ((nb["uses_bigl"], 2), r"global 'BIGL' .* too big"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            launch(*call)
+    assert list(own_tempdir.iterdir()) == [], "a refused launch made a temporary folder"
+    assert not log.exists(), "a refused launch was logged as a launch"
+    _assert_no_process_left()
+
+
+_FAILS_IN_WORKERS = """\
+import os
+
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+
+def returns_box(rank, world_size):
+    return Box(rank)
+
+
+class AtImport:
+    where = {"notebook": 0}[os.environ.get("RANK", "notebook")]  # KeyError on a rank
+
+
+def fails_at_import(rank, world_size):
+    return AtImport.where
+"""
+
+
+def test_what_fails_in_the_workers_says_where_and_why(own_tempdir: Path) -> None:
+    nb = _cells(_FAILS_IN_WORKERS)
+    with pytest.raises(WorkerError) as info:
+        launch(nb["returns_box"], 2, timeout_s=300)  # a bound: it fails long before
+    text = str(info.value)
+    assert info.value.rank in (0, 1) and re.search(r"rank \d returned a value the notebook", text)
+    assert "instance of a class defined in the notebook" in text and "plain data" in text, text
+    with pytest.raises(WorkerError) as info:
+        launch(nb["fails_at_import"], 2, timeout_s=300)
+    text = str(info.value)
+    assert re.search(r"rank \d raised ImportError: importing notebook_fails_at_import\.py", text)
+    line = 1 + _FAILS_IN_WORKERS.splitlines().index(
+        '    where = {"notebook": 0}[os.environ.get("RANK", "notebook")]  # KeyError on a rank'
+    )
+    assert re.search(
+        rf"in AtImport \(from notebook cell <ipython-input-\d+-0123456789ab>, "
+        rf"line {line}\)",
+        text,
+    ), f"expected the cell's line {line}, found:\n{text}"
+    assert list(own_tempdir.iterdir()) == [], "a failed launch left its temporary folder behind"
+    _assert_no_process_left(info.value)
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.0, "2", True])
 def test_bad_world_size(bad: object) -> None:
     with pytest.raises(ValueError, match="world_size must be an int >= 1"):
