@@ -198,3 +198,17 @@ def caught_kernel_worker(rank: int, world_size: int) -> str:
     except NotImplementedError:
         mean = x.mean(0)
     return str(mean.shape)
+
+
+def answered_cuda_worker(rank: int, world_size: int) -> list:
+    """What the dry run answers as CUDA would: `Tensor.cuda` with an index, a torch.device or
+    a string, and the CUDA RNG's seeding and state (torch.cuda.random)."""
+    device = current_device()
+    moved = [torch.ones(2).cuda(d) for d in (None, rank, device, f"cuda:{rank}", "cuda")]
+    assert all(t.device == device for t in moved), f"found {[t.device for t in moved]}"
+    torch.cuda.manual_seed(0)
+    torch.cuda.manual_seed_all(0)
+    state = torch.cuda.get_rng_state()
+    torch.cuda.set_rng_state(state)
+    assert torch.cuda.initial_seed() == 0, f"found {torch.cuda.initial_seed()}"
+    return [str(t.device) for t in moved]

@@ -90,6 +90,12 @@ def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op, words, n) 
     )
 
 
+def test_what_the_dry_run_answers_is_no_stop() -> None:
+    # Tensor.cuda(torch.device / str), torch.cuda.manual_seed, get_rng_state: answered
+    verdict = dry_run(toy.answered_cuda_worker, 1)
+    assert verdict.text == "device-checked", f"expected device-checked, found {verdict}"
+
+
 def test_the_checks_see_what_ddps_reducer_sends_from_cpp() -> None:
     verdict = dry_run(toy.reducer_seen_worker, 2)
     assert verdict.text == "device-checked", f"expected the Reducer's all-reduce seen: {verdict}"

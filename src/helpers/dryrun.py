@@ -62,7 +62,10 @@ What it cannot see (say so where a verdict depends on it):
 - CUDA's own kernels and libraries: a kernel missing for a dtype on CUDA, cuBLAS/cuDNN/NCCL
   numerics, streams, events, memory, timing. `torch.cuda`'s runtime queries are answered as on
   a machine with one GPU per rank (`device_count`, `current_device`, `set_device`,
-  `is_available`, `synchronize`, `get_device_capability` as sm90; the accelerator is "cuda");
+  `is_available`, `synchronize`, `get_device_capability` as sm90; the accelerator is "cuda";
+  `torch.cuda.random`'s own `current_device` and `device_count` too, so `manual_seed`,
+  `get_rng_state` and kin act on one CPU generator per device, which no op draws from: a
+  worker's random values on the "device" come from the CPU's generator);
   anything else of `torch.cuda` (streams, memory stats, device properties) fails as on a CPU
   build and stops the run.
 - `torch.autocast("cuda")`: CUDA's autocast does not reach the wrapper tensors (C++ sees the
@@ -70,15 +73,21 @@ What it cannot see (say so where a verdict depends on it):
   (device properties) stops it first.
 - Code that asks the backend's name: `dist.get_backend()` says "gloo", so a branch on "nccl"
   takes its gloo path (object collectives are told their device is CUDA, as under NCCL).
-- torch.compile: Dynamo skips every frame while the dry run's dispatch mode is on the stack
-  (convert_frame.py's `CatchErrorsWrapper`: "non-infra torch dispatch mode present, this is not
-  supported today in torch.compile"), so a compiled function would run eagerly, unchecked as
-  compiled code. The dry run makes the first frame Dynamo skips for that reason a stop,
-  "checked up to <the worker's function that called it> (torch.compile: Dynamo does not
+- torch.compile: Dynamo skips a frame it meets while the dry run's dispatch mode is on the
+  stack (convert_frame.py's `CatchErrorsWrapper`: "non-infra torch dispatch mode present, this
+  is not supported today in torch.compile"), so a compiled function would run eagerly,
+  unchecked as compiled code. The dry run makes the first frame Dynamo skips for that reason a
+  stop, "checked up to <the worker's function that called it> (torch.compile: Dynamo does not
   compile under the dry run's dispatch mode)", kept even if the worker catches it: nothing
   compiled is checked, nor anything after that call (frames Dynamo skips for other reasons,
-  such as torch's own files, are not stops). Other tracers (`torch.export`, which Dynamo does
-  not skip under a mode): not tried.
+  such as torch's own files, are not stops). Measured: 14's `compile_worker` stops at its first
+  setting's first compiled call (the compiled DDP module's frame), and a compiled-autograd
+  backward after an eager forward stops at its graph's `forward` frame. A frame Dynamo meets
+  while the mode is off the stack (run from inside DTensor's or OnDevice's own dispatch) is not
+  skipped and not a stop: Dynamo compiles it, unchecked (no audited worker gets there: each
+  stops at its first compiled call before). CUDA's RNG state is answered (above), so Dynamo
+  saving it (`torch.cuda.get_rng_state()`, as `is_available()` says True) stops nothing.
+  Other tracers (`torch.export`, which Dynamo does not skip under a mode): not tried.
 - Streams and events: `torch.cuda.Stream`, `Event`, `current_stream`, `stream(...)` are one
   in-order queue (every op runs at once, in program order): a missing `wait_stream` or
   `record_stream` (a race on a real GPU) is not seen.
@@ -195,6 +204,14 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
         state["device"] = torch.device(device).index if not isinstance(device, int) else device
 
     cuda.set_device = set_device
+    # torch/cuda/random.py imported current_device and device_count by name: answer them there
+    # too; CUDA's generators are CPU generators, one per device, which no op draws from (the
+    # ops run on the CPU and draw from the CPU's default generator)
+    import torch.cuda.random as cuda_random
+
+    cuda_random.current_device = cuda.current_device
+    cuda_random.device_count = cuda.device_count
+    cuda.default_generators = tuple(torch.Generator() for _ in range(world_size))
     cuda.synchronize = lambda device=None: None
     cuda.get_device_capability = lambda device=None: (9, 0)  # an H100/H200 (FP8 paths: sm90)
     # streams and events: the dry run runs every op at once, in program order, so a stream is
@@ -224,7 +241,14 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
         return move(self, *args, **kwargs)
 
     def to_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kw: Any):
-        index = state["device"] if device is None else torch.device("cuda", device).index
+        # Tensor.cuda(device): None (the current device), an index, a torch.device or a string
+        if device is None or isinstance(device, int):
+            index = state["device"] if device is None else device
+        else:
+            parsed = _indexed(torch.device(device))
+            if parsed.type != "cuda":
+                raise RuntimeError(f"Invalid device, must be cuda device (found {parsed})")
+            index = parsed.index
         return move(self, torch.device("cuda", index), non_blocking=non_blocking, **kw)
 
     torch.Tensor.to = to
