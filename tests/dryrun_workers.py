@@ -107,7 +107,25 @@ def gloo_group_worker(rank: int, world_size: int) -> float:
     assert t.tolist() == [world_size * (world_size - 1) / 2] * 4, f"found {t.tolist()}"
     out = funcol.all_reduce(torch.full((2,), float(rank)), "sum", gloo)
     assert out.tolist() == [world_size * (world_size - 1) / 2] * 2, f"found {out.tolist()}"
+    # object collectives stage on the group's device: the CPU on gloo, CUDA on the default group
+    staged = [dist.distributed_c10d._get_object_coll_device(g) for g in (gloo, None)]
+    assert staged == ["cpu", "cuda"], f"expected object collectives on cpu, cuda: {staged}"
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, rank, group=gloo)
+    assert gathered == list(range(world_size)), f"found {gathered}"
     return t.sum().item()
+
+
+def plain_group_cpu_worker(rank: int, world_size: int) -> None:
+    """A CPU tensor to all_reduce on `dist.new_group()`: the default backend, NCCL under launch."""
+    dist.all_reduce(torch.ones(4), group=dist.new_group())
+
+
+def plain_group_funcol_cpu_worker(rank: int, world_size: int) -> None:
+    """A CPU tensor to a functional collective on `dist.new_group()` (NCCL under launch)."""
+    import torch.distributed._functional_collectives as funcol
+
+    funcol.all_reduce(torch.ones(4), "sum", dist.new_group())
 
 
 def funcol_cpu_worker(rank: int, world_size: int) -> None:

@@ -73,6 +73,9 @@ def test_a_worker_with_nothing_on_the_device_is_not_device_checked(worker) -> No
         (toy.dtensor_cpu_mesh_worker, "aten.mm", "a DTensor whose local tensor is on cpu", 2),
         (toy.dtensor_alltoall_cpu_worker, "_dtensor.shard_dim_alltoall", "a cpu tensor (2, 4)", 1),
         (toy.numpy_on_device_worker, "Tensor.numpy", "a tensor on cuda:0 to numpy", 1),
+        # a group made without backend="gloo" is NCCL's under launch: no exemption
+        (toy.plain_group_cpu_worker, "c10d.allreduce_", "a cpu tensor (4,) handed", 1),
+        (toy.plain_group_funcol_cpu_worker, "_c10d_functional.all_reduce", "a cpu tensor (4,)", 1),
     ],
 )
 def test_each_broken_rule_fails_naming_worker_rank_and_op(worker, op, words, n) -> None:

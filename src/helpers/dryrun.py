@@ -72,7 +72,8 @@ What it cannot see (say so where a verdict depends on it):
   "dryrun" device), so a worker under it would run in full precision; `is_bf16_supported()`
   (device properties) stops it first.
 - Code that asks the backend's name: `dist.get_backend()` says "gloo", so a branch on "nccl"
-  takes its gloo path (object collectives are told their device is CUDA, as under NCCL).
+  takes its gloo path (object collectives are told their group's device as under NCCL: CUDA,
+  or the CPU on a group made with `new_group(backend="gloo")`).
 - torch.compile: Dynamo skips a frame it meets while the dry run's dispatch mode is on the
   stack (convert_frame.py's `CatchErrorsWrapper`: "non-infra torch dispatch mode present, this
   is not supported today in torch.compile"), so a compiled function would run eagerly,
@@ -220,10 +221,6 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
     cuda.Event = _Event
     cuda.current_stream = cuda.default_stream = lambda device=None: _Stream()
     cuda.stream = lambda stream=None: contextlib.nullcontext(stream)
-    # object collectives stage their pickles on the group's device: CUDA under NCCL
-    import torch.distributed.distributed_c10d as c10d
-
-    c10d._get_object_coll_device = lambda group=None: "cuda"
     # the machine's accelerator is CUDA (registering the "dryrun" backend would make it that)
     torch._C._get_accelerator = lambda check=False: torch.device("cuda")
     torch.accelerator.current_accelerator = lambda check_available=False: torch.device("cuda")
@@ -699,6 +696,13 @@ def _remember_gloo_groups(rules: DeviceRules) -> None:
         return group
 
     c10d.new_group = dist.new_group = new_group
+
+    def object_coll_device(group: Any = None) -> str:
+        """Object collectives stage their pickles on the group's device (torch picks it from
+        the group's backend): CUDA on an NCCL group, the CPU on a group made with gloo."""
+        return "cpu" if group is not None and group.group_name in rules.gloo_groups else "cuda"
+
+    c10d._get_object_coll_device = object_coll_device
 
 
 def _uncount_object_collectives(rules: DeviceRules) -> None:
