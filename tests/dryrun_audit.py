@@ -1,12 +1,14 @@
-"""The workers the GPU-designed notebooks hand to `launch`, each at one world size and one
-argument set.
+"""The workers the GPU-designed notebooks (and 15) hand to `launch`: each entry at one world
+size and one argument set; a worker may have several entries.
 
 tests/test_dryrun.py runs each through `helpers.dryrun.dry_run` and compares the verdict with
 src/helpers/dryrun_verdicts.json. Each entry: name -> (worker, world size, args). The world
 size and arguments are not always the notebook's: 05's `algorithms_vs_library_worker` runs at
 2 ranks without the extra cases and at 3 ranks with them (the notebook also launches it at 4);
-07's `checks_worker` runs at 2 ranks with `_syncbn_2()` (the notebook's 2-rank arguments) and
-at 4 ranks with the notebook's `scenarios_4`. What the audit did not run is not device-checked.
+07's `checks_worker` runs as section 5 launches it (2 ranks with `_syncbn_2()`: that launch's
+arguments, passed there through `jobs_worker`) and as section 6 does (4 ranks, `scenarios_4`).
+What the audit did not run is not device-checked (tests/test_dryrun_coverage.py names the
+launches it does not run).
 A harness that runs several workers in one launch (`helpers.ddp.jobs_worker`) is audited
 through the workers it runs.
 15's composite worker is audited whole (it stops at its first breach) and through the two

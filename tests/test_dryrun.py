@@ -6,8 +6,9 @@
     a torch.cuda call it cannot answer, a CUDA-only kernel and the first call of a compiled
     function are stops ("checked up to"), not passes, even when the worker catches them; the
     worker's own error (a failed assert) fails it, not a stop.
-(b) the audit: every worker of tests/dryrun_audit.py (what the GPU-designed notebooks hand to
-    `launch`) has the verdict src/helpers/dryrun_verdicts.json records; a changed verdict, in
+(b) the audit: every entry of tests/dryrun_audit.py (what the GPU-designed notebooks and 15
+    hand to `launch`, each at one world size; tests/test_dryrun_coverage.py names the launches
+    it does not run) has the verdict src/helpers/dryrun_verdicts.json records; a changed verdict, in
     either direction, fails until the table is updated (`python tests/dryrun_audit.py`).
 """
 

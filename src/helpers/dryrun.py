@@ -1,7 +1,9 @@
 """A device dry run: a worker's GPU code path (NCCL, `cuda:<rank>`), checked on a CPU machine.
 
-Used by: tests/test_dryrun.py, on every worker a GPU-designed notebook hands to `launch`
-(tests/dryrun_audit.py; `make test-gpu` runs the same workers on real GPUs). CPU only: on a
+Used by: tests/test_dryrun.py, on the workers tests/dryrun_audit.py lists (what the GPU-designed
+notebooks and 15 hand to `launch`, each entry at one world size and argument set;
+tests/test_dryrun_coverage.py names the launches it does not run; `make test-gpu` runs the
+same workers on real GPUs). CPU only: on a
 machine with CUDA, run the worker on the GPUs instead.
 
     verdict = dry_run(fn, world_size, args)   # fn(rank, world_size, *args), the same worker code
@@ -32,7 +34,8 @@ How it works (each piece measured on torch 2.13.0+cpu):
   reach the rules (through OnDevice's own dispatch). So a DTensor argument whose local tensor
   is a plain CPU tensor fails on entry, unless every group of its mesh was made with gloo
   (wider than NCCL: a DTensor op that would issue no collective fails too). It enforces:
-  - the tensors of one op share one device, except: copies (`_to_copy`, `copy_`,
+  - the tensors of one op share one device (CUDA's rule: "cross-GPU operations are not
+    allowed by default", CUDA semantics notes), except: copies (`_to_copy`, `copy_`,
     `lift_fresh`) may cross devices; the indices of `index`, `index_put(_)` may be CPU tensors
     of any size (their values may not); and a 0-dim CPU tensor may sit next to CUDA ones
     unless the op's generated CUDA wrapper checks devices: an op with a CUDA kernel (its own or
@@ -43,7 +46,9 @@ How it works (each piece measured on torch 2.13.0+cpu):
     op's kernel may still refuse a CPU scalar on CUDA, and an op without a CUDA kernel of
     its own (CompositeExplicitAutograd) is checked here as one op, not as the ops it runs on
     CUDA: both are allowed here;
-  - every CUDA tensor is on the rank's own device;
+  - every CUDA tensor is on the rank's own device: the course's one-device rule, not CUDA's
+    (CUDA lets a process use any GPU), stricter than CUDA for an op that is not a collective,
+    so it can only over-report there; for a collective it is NCCL's (two ranks on one GPU);
   - a collective (a c10d op, or a functional collective: an op of those namespaces with a
     `group_name`) gets only CUDA tensors of the rank, as NCCL does, unless its group was made
     with `dist.new_group(backend="gloo")`: CPU tensors are right there under NCCL too.
