@@ -732,3 +732,22 @@ def test_killed_parent_takes_its_workers_along(tmp_path: Path) -> None:
     parent.communicate(timeout=120)
     # PR_SET_PDEATHSIG: the kernel SIGKILLs them as the parent dies (30 s: a bound, not a wait)
     assert wait_gone(workers, 30) == [], "workers outlived a SIGKILLed parent"
+
+
+def test_a_timeouts_stacks_name_the_cell_too() -> None:
+    """faulthandler's frames at a timeout ('line 9 in f', no comma) are mapped like a
+    traceback's, so a notebook worker stuck in a collective shows its cell and line."""
+    import io
+
+    from helpers.launch import _in_the_notebook, _NotebookPickler
+
+    nb = _cells("def slow(rank, world_size):\n    while True:\n        pass\n")
+    pickler = _NotebookPickler(io.BytesIO(), None, None)
+    pickler.dump((nb["slow"], ()))
+    ((filename, text),) = pickler.texts().items()
+    line = 1 + text.splitlines().index("    while True:")
+    stack = f'  File "/tmp/launch-x/{filename}", line {line} in slow'
+    mapped = _in_the_notebook(stack, pickler.writers)
+    assert re.search(
+        r"in slow \(from notebook cell <ipython-input-\d+-0123456789ab>, line 2\)", mapped
+    ), f"expected the cell's line 2, found {mapped!r}"

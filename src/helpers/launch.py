@@ -1154,7 +1154,8 @@ def _origin(filename: str, line: int) -> str:
 def _in_the_notebook(text: str, writers: dict[str, _ModuleWriter]) -> str:
     """`text` with each frame of a written module followed by the cell and line it came from."""
     for filename, writer in writers.items():
-        frame = re.compile(rf'(File "[^"]*/{re.escape(filename)}", line (\d+), in [\w<>]+)')
+        # a traceback's frame ('", line 9, in f') or faulthandler's at a timeout ('", line 9 in f')
+        frame = re.compile(rf'(File "[^"]*/{re.escape(filename)}", line (\d+),? in [\w<>]+)')
 
         def name_it(found: re.Match, writer: _ModuleWriter = writer) -> str:
             where = writer.where(int(found.group(2)))
