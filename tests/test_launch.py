@@ -448,6 +448,7 @@ def test_edited_cells_run_what_the_notebook_has(own_tempdir: Path) -> None:
 _REFUSED = [
     """\
 import dataclasses
+import functools
 import torch
 
 SCALE = 10
@@ -466,6 +467,11 @@ class Settings:
 
 def uses_settings(rank, world_size):
     return Settings().factor
+
+
+@functools.lru_cache(maxsize=SCALE)
+def cached_by_scale(rank, world_size):
+    return rank
 
 
 class Plain:
@@ -525,6 +531,7 @@ def test_what_would_run_differently_in_the_workers_is_refused_naming_it(
     monkeypatch.setenv("PSR_LAUNCH_LOG", str(log))
     for call, match in [
         ((nb["uses_settings"], 2), r"class 'Settings'.*'factor' = SCALE.*holds \(10\)"),
+        ((nb["cached_by_scale"], 2), r"argument SCALE of its decorator"),
         ((nb["object_default"], 2), r"default of its parameter 's' \(Plain\(\)\)"),
         ((nb["registers"], 2), r"class 'M'.*decorator @register"),
         ((w.apply_worker, 2, (nb["saved"], nb["ring"])), r"two different .* named 'ring'"),

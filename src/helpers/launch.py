@@ -68,9 +68,10 @@ Why it is built this way (each point is a pitfall measured on the pinned stack):
   and a decorated definition or method unless the decorator only wraps and registers nowhere
   (`torch.no_grad`, `inference_mode`, `functools.cache`, `dataclass`: the list
   `_HARMLESS_DECORATORS`; on a method also `staticmethod`, `classmethod`, `property` and its
-  `.setter`), since re-running any other in the workers might not do what it did. The
-  arguments of an allowed decorator are re-evaluated (not checked). A refused launch starts
-  nothing and is not logged.
+  `.setter`), since re-running any other in the workers might not do what it did; and an
+  allowed decorator's argument that reads notebook values (`@lru_cache(maxsize=N)`: the worker
+  would read N as it is at launch time; a literal or a module's name is fine). A refused
+  launch starts nothing and is not logged.
   Values a notebook function returns should be plain data: an instance of a notebook class
   pickles by reference to the written module, which the parent does not import; that rank's
   result is then a WorkerError saying so.
@@ -528,6 +529,14 @@ def _evaluated_names(expr: ast.AST) -> set[str]:
     return found
 
 
+def _is_literal(expr: ast.AST) -> bool:
+    try:
+        ast.literal_eval(expr)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
 def _annotation_names(node: ast.ClassDef) -> list[str]:
     """Names in a class body's annotations (dataclasses reads `ClassVar`/`InitVar` there)."""
     found: list[str] = []
@@ -892,6 +901,21 @@ class _ModuleWriter:
             )
         if problem:
             self._refuse(f"{where}: {problem}")
+        for inside in [node, *(_all_defs(node) if kind == "class" else ())]:
+            for dec in inside.decorator_list:
+                for expr in (
+                    [*dec.args, *(k.value for k in dec.keywords)]
+                    if isinstance(dec, ast.Call)
+                    else ()
+                ):
+                    if not _is_literal(expr) and not self._stable(expr):
+                        self._refuse(
+                            f"{where}: the argument {ast.unparse(expr)} of its decorator "
+                            f"@{ast.unparse(dec)} reads the notebook's values, which a worker "
+                            "re-running the decorator would read again as they are at launch "
+                            "time, maybe not as they were when the cell ran; write the value "
+                            "itself"
+                        )
         self.objects[name] = inner
         self.sources[name] = ""  # placeholder: a recursive use is not followed twice
         def_time = _def_time_names(node)
