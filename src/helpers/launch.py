@@ -470,9 +470,16 @@ def _stored_names(stmt: ast.stmt) -> set[str]:
         return {stmt.name}
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
         return {(a.asname or a.name).partition(".")[0] for a in stmt.names}
-    return {
-        n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-    }
+    found: set[str] = set()
+    stack: list[ast.AST] = [stmt]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)):
+            continue  # their own scope: `[j for j in ...]` binds no j in the class
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            found.add(n.id)
+        stack += list(ast.iter_child_nodes(n))
+    return found
 
 
 def _def_time_names(node: ast.AST) -> list[str]:
