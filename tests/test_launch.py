@@ -758,3 +758,22 @@ def test_a_timeouts_stacks_name_the_cell_too() -> None:
     assert re.search(
         r"in slow \(from notebook cell <ipython-input-\d+-0123456789ab>, line 2\)", mapped
     ), f"expected the cell's line 2, found {mapped!r}"
+
+
+def test_a_notebook_root_with_a_prelude_shares_its_module_with_its_args() -> None:
+    """launch_source's path (a prelude given): the reader's function and a notebook function
+    in its args go into one module, the prelude first, so they share its classes."""
+    import io
+
+    from helpers.launch import _NotebookPickler
+
+    nb = _cells(
+        "class Tag:\n    pass\n\n\ndef step(rank):\n    return Tag()\n\n\n"
+        "def mine(rank, world_size, step):\n    return isinstance(step(rank), Tag)\n"
+    )
+    pickler = _NotebookPickler(io.BytesIO(), "import torch\n", nb["mine"])
+    pickler.dump((nb["mine"], (nb["step"],)))
+    texts = pickler.texts()
+    assert list(texts) == ["notebook_mine.py"], f"expected one module, found {list(texts)}"
+    text = texts["notebook_mine.py"]
+    assert text.index("import torch") < text.index("class Tag") < text.index("def step"), text

@@ -24,8 +24,8 @@ Why it is built this way (each point is a pitfall measured on the pinned stack):
   in the launch's temporary folder, which the workers import by path; inside the pickled
   payload each is a reference to that module, so `fn` and its arguments share its classes and
   state, as in the notebook. An instance of a notebook class inside `args` pickles its state
-  with a reference to the class written there. The module holds, under a comment naming the
-  cell of each definition:
+  with a reference to the class written there. (`notebook_module(fn)` returns the text written
+  for `fn` alone.) The module holds, under a comment naming the cell of each definition:
   - an import for each global the code reads (bytecode LOAD_GLOBAL, through nested code and
     nested classes; a name only stored, `global X; X = 1`, and a class body's own names are
     not globals) that is a module (`import x as name`) or a function or class importable from
@@ -49,11 +49,13 @@ Why it is built this way (each point is a pitfall measured on the pinned stack):
   taken from a re-run: the ones it has in the notebook (`__defaults__`, `__kwdefaults__`) are
   written after its def when they are plain constants (`_set_defaults`); a default of any
   other kind is refused, naming the parameter, unless its expression reads only builtins,
-  modules and importable names (`dtype=torch.float32`), so re-running it gives the same
-  object. A class-level value (a dataclass field's default included) whose expression reads
-  notebook values is refused, naming it, unless evaluating it now (names, attributes,
-  arithmetic, no calls) gives the value the class holds: a global rebound since the class's
-  cell ran would make the workers' class differ. Each definition keeps its source lines, so a
+  modules and importable names (`dtype=torch.float32`), which the worker's def evaluates again
+  from the same modules (a call in it, `torch.ones(3)`, runs again). A class-level value (a
+  dataclass field's default included) whose expression reads notebook values is refused,
+  naming it, unless evaluating it now (names, attributes, arithmetic, no calls) gives the
+  value the class holds: a global rebound since the class's cell ran would make the workers'
+  class differ; one that reads only builtins and modules runs again in each worker (a call
+  such as `torch.randn(3)` gives each its own value). Each definition keeps its source lines, so a
   worker's traceback shows the notebook's code, and WorkerError and LaunchTimeout add to each
   frame of the written module the cell and line it came from; a failure while a worker
   imports the module is an ImportError saying so. The module is compiled in the parent
@@ -1253,8 +1255,8 @@ class _NotebookPickler(pickle.Pickler):
             )
             if forced:
                 self._forced_file = filename
-            else:
-                self._main = filename
+            if not forced or _notebook_definition(obj) is not None:
+                self._main = filename  # a notebook root with a prelude: its args share it
         return filename
 
     def reducer_override(self, obj: Any) -> Any:
