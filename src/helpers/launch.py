@@ -848,6 +848,7 @@ class _ModuleWriter:
         self.objects: dict[str, Any] = {}  # name -> the very function or class written
         self.deps: dict[str, list[str]] = {}  # name -> definitions its statement evaluates
         self.origins: dict[str, tuple[str, int]] = {}  # name -> (file or cell, first line)
+        self.body_lines: dict[str, int] = {}  # name -> how many lines its source has
         self.lines: list[tuple[int, int, str, int]] = []  # set by text(): see where()
 
     def add_root(self, obj: Any) -> str:
@@ -953,6 +954,7 @@ class _ModuleWriter:
             f"# {name}, from {_origin(filename, first)}\n{source.rstrip()}\n" + "".join(after)
         )
         self.origins[name] = (filename, first)
+        self.body_lines[name] = source.rstrip().count("\n") + 1  # not the lines after it
 
     def _stable(self, expr: ast.AST) -> bool:
         """Whether re-evaluating `expr` in a worker gives what it gave in the notebook: it
@@ -1155,7 +1157,7 @@ class _ModuleWriter:
         for name in defs:
             start = text.count("\n") + 2  # the line after the "# name, from ..." comment
             text += self.sources[name] + ("\n\n" if name != defs[-1] else "")
-            end = start + self.sources[name].count("\n") - 2
+            end = start + self.body_lines[name] - 1
             self.lines.append((start, end, *self.origins[name]))
         return text
 
