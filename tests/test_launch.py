@@ -410,6 +410,14 @@ class K:
     z = y + 1
 
 
+def local_class():
+    class Local:  # its body's LOAD_NAME y is its own y, not the tensor
+        y = 3
+        m = y + 1
+
+    return Local.m
+
+
 @functools.cache
 def driver(rank, world_size, step, box):
     global OUT
@@ -424,7 +432,7 @@ def driver(rank, world_size, step, box):
         "nested": A.B().m(),
         "class lambda": L.f(2),
         "submodule": xml.etree.ElementTree.fromstring("<a/>").tag,
-        "class local": K.z,
+        "class local": [K.z, local_class()],
     }
 """,
 ]
