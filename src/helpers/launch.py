@@ -102,6 +102,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import dis
+import enum
 import faulthandler
 import functools
 import importlib
@@ -611,12 +612,15 @@ def _class_matches(cls: type, node: ast.ClassDef) -> bool:
         body |= _stored_names(stmt)
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
             body.add(stmt.target.id)
-    if own != body:
+    public = {n for n in own if not n.startswith("_")}  # an Enum adds _member_map_ & co.
+    if not body <= own or {n for n in body if not n.startswith("_")} != public:
         return False
     fields = getattr(cls, "__dataclass_fields__", {})
     for stmt in node.body:
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            continue
         target = getattr(stmt, "target", None) or (getattr(stmt, "targets", None) or [None])[0]
-        value = getattr(stmt, "value", None)
+        value = stmt.value
         if not isinstance(target, ast.Name) or value is None:
             continue
         try:
@@ -625,6 +629,8 @@ def _class_matches(cls: type, node: ast.ClassDef) -> bool:
             continue
         field = fields.get(target.id)
         has = field.default if field is not None else vars(cls).get(target.id, _MISSING)
+        if isinstance(cls, enum.EnumMeta) and target.id in cls.__members__:
+            has = cls.__members__[target.id].value
         if type(has) is not type(literal) or has != literal:
             return False
     return True
