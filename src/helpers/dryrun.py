@@ -1,9 +1,9 @@
 """A device dry run: a worker's GPU code path (NCCL, `cuda:<rank>`), checked on a CPU machine.
 
-Used by: tests/test_dryrun.py, on the workers tests/dryrun_audit.py lists (what the GPU-designed
-notebooks and 15 hand to `launch`, each entry at one world size and argument set;
-tests/test_dryrun_coverage.py names the launches it does not run; `make test-gpu` runs the
-same workers on real GPUs). CPU only: on a
+Used by: tests/test_dryrun.py, on the workers tests/dryrun_audit.py lists (what the
+GPU-designed notebooks and the tensor-parallel one hand to `launch`, each entry at one world
+size and argument set; tests/test_dryrun_coverage.py names the launches it does not run;
+`make test-gpu` runs the same workers on real GPUs). CPU only: on a
 machine with CUDA, run the worker on the GPUs instead.
 
     verdict = dry_run(fn, world_size, args)   # fn(rank, world_size, *args), the same worker code
@@ -71,8 +71,8 @@ What it cannot see (say so where a verdict depends on it):
   `torch.cuda.random`'s own `current_device` and `device_count` too, so `manual_seed`,
   `get_rng_state` and kin act on one CPU generator per device, which no op draws from: a
   worker's random values on the "device" come from the CPU's generator);
-  anything else of `torch.cuda` (streams, memory stats, device properties) fails as on a CPU
-  build and stops the run.
+  streams and events are answered below; anything else of `torch.cuda` (memory stats, device
+  properties) fails as on a CPU build and stops the run, even where the worker catches it.
 - `torch.autocast("cuda")`: CUDA's autocast does not reach the wrapper tensors (C++ sees the
   "dryrun" device), so a worker under it would run in full precision; `is_bf16_supported()`
   (device properties) stops it first.
