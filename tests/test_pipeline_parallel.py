@@ -13,9 +13,10 @@
   fails on the ranks with the same clear error, from scratch and with torch's schedules;
 - the exercise judges accept equivalent right answers (a Fraction, a NumPy float, a tuple).
 - the notebook's editable copy of scratch_order (a cell's function, run through `order_fn`):
-  each of the three changes the notebook suggests fails as the notebook says (the held check's
-  message, the step refusing a backward before its forward, a deadlock's PipelineTimeout), and
-  the checks fail on an altered loss or order.
+  read from the notebook's cell; each of the three changes the notebook suggests fails as the
+  notebook says (the held and order checks' messages, the step refusing a backward before its
+  forward, a deadlock's PipelineTimeout), the first two together give the same order again, and
+  the checks fail on an altered loss, a NaN gradient, or an order that is not torch's (2F2B).
 """
 
 from __future__ import annotations
@@ -300,17 +301,22 @@ def test_judges_accept_equivalent_answers() -> None:
 
 # --- the notebook's editable copy of scratch_order (section 3's "change this and rerun") -------
 
-COPY = """\
-def scratch_order(schedule, world_size, m, rank):
-    if schedule == "gpipe":
-        return [(rank, "F", i) for i in range(m)] + [(rank, "B", i) for i in range(m)]
-    warmup = min(world_size - 1 - rank, m)  # forwards before the first backward
-    order = [(rank, "F", i) for i in range(warmup)]
-    for i in range(m - warmup):  # steady state: one forward, one backward
-        order += [(rank, "F", warmup + i), (rank, "B", i)]
-    return order + [(rank, "B", i) for i in range(m - warmup, m)]  # cooldown
-"""
-# the three changes the notebook suggests, each a line of COPY replaced
+
+def _cell_copy() -> str:
+    """The copy of scratch_order in the notebook's cell a16r0002: the code up to its run."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "16_pipeline_parallelism.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    source = "".join(next(c for c in cells if c.get("id") == "a16r0002")["source"])
+    assert "\n\np, m =" in source, "expected the copy's def, a blank line, then `p, m = ...`"
+    return source[: source.index("\n\np, m =")] + "\n"
+
+
+COPY = _cell_copy()
+# the changes the notebook suggests, each a line of COPY replaced ("both" makes the first
+# two together)
 BROKEN = {
     "one more warm-up forward": ("world_size - 1 - rank", "world_size - rank"),
     "backward first": (
@@ -319,6 +325,10 @@ BROKEN = {
     ),
     "warm-up reversed": ("min(world_size - 1 - rank, m)", "min(rank, m)"),
 }
+BOTH = [
+    ("min(world_size - 1 - rank, m)", "min(world_size - rank, m)"),
+    BROKEN["backward first"],
+]
 
 
 BROKEN_CELLS: list[str] = []  # the cells typed so far, one name each
@@ -329,7 +339,10 @@ def _typed_in_a_cell(change: str | None = None) -> object:
     source in linecache, so launch writes it out for the workers."""
     import linecache
 
-    code = COPY if change is None else COPY.replace(*BROKEN[change])
+    code = COPY
+    for old, new in BOTH if change == "both" else [] if change is None else [BROKEN[change]]:
+        assert old in code, f"expected {old!r} in the notebook's copy"
+        code = code.replace(old, new)
     assert change is None or code != COPY, f"expected {change!r} to change the copy"
     cell = f"<ipython-input-{len(BROKEN_CELLS) + 1}-{len(code):012x}>"
     BROKEN_CELLS.append(cell)
@@ -340,12 +353,73 @@ def _typed_in_a_cell(change: str | None = None) -> object:
 
 
 def test_the_copy_is_the_helper() -> None:
-    copy = _typed_in_a_cell()
+    copy, both = _typed_in_a_cell(), _typed_in_a_cell("both")
     for name, p, m in [("gpipe", 4, 8), ("1f1b", 4, 8), ("1f1b", 2, 4), ("1f1b", 4, 2)]:
         assert all(copy(name, p, m, r) == pp.scratch_order(name, p, m, r) for r in range(p))
+        # the first two changes together: torch's way of writing 1F1B, the same order
+        assert all(both(name, p, m, r) == pp.scratch_order(name, p, m, r) for r in range(p))
+    with pytest.raises(ValueError, match="unknown schedule 'zb'"):
+        copy("zb", 4, 8, 0)
 
 
-def test_one_more_warmup_forward_fails_the_held_check_only() -> None:
+def _results(p: int, run: dict, orders: list) -> list[dict]:
+    """Per-rank results as scratch_step returns them, one process's loss and gradients, the
+    expected peaks, and the given orders (a check of the checks, no launch)."""
+    ref = pp.reference(p)
+    expected = (
+        [run["m"]] * p if run["schedule"] == "gpipe" else [min(p - r, run["m"]) for r in range(p)]
+    )
+    return [
+        dict(
+            loss=ref["loss"],
+            grads=dict(ref["grads"]) if r == 0 else {},
+            peak_held=expected[r],
+            peak_saved_bytes=expected[r] * 10,
+            unit_bytes=10,
+            order=orders[r],
+        )
+        for r in range(p)
+    ]
+
+
+def test_the_order_check_fails_on_an_order_that_is_not_1f1b() -> None:
+    # rank 0 runs two forwards then two backwards: the held peak is still 4, and the copy that
+    # returns it reached the ranks, so only the comparison with torch's plan can fail
+    run = dict(schedule="1f1b", m=8)
+    two = [(0, k, i) for k, i in [("F", 0), ("F", 1), ("F", 2), ("F", 3), ("B", 0), ("B", 1)]]
+    two += [(0, k, i) for k, i in [("F", 4), ("F", 5), ("B", 2), ("B", 3), ("F", 6), ("F", 7)]]
+    two += [(0, "B", i) for i in range(4, 8)]
+    orders = [two] + [pp.scratch_order("1f1b", 4, 8, r) for r in range(1, 4)]
+    run["order_fn"] = lambda s, p, m, r: orders[r]
+    got = pp.check_held_and_order(4, run, _results(4, run, orders))
+    assert got["held"] == [4, 3, 2, 1] and got["torch_ranks"] == [0, 1, 2, 3], got
+    assert got["problems"] == [
+        "p=4 1f1b m=8 rank 0: expected torch's order F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 "
+        "B6 B7, found F0 F1 F2 F3 B0 B1 F4 F5 B2 B3 F6 F7 B4 B5 B6 B7"
+    ], got["problems"]
+    # the right orders pass, GPipe's too; where torch refuses (1F1B with m < p) nothing is compared
+    for name, p, m in [("1f1b", 4, 8), ("gpipe", 4, 8), ("1f1b", 2, 4), ("1f1b", 4, 2)]:
+        run = dict(schedule=name, m=m)
+        got = pp.check_held_and_order(
+            p, run, _results(p, run, [pp.scratch_order(name, p, m, r) for r in range(p)])
+        )
+        assert got["problems"] == [], got["problems"]
+        assert got["torch_ranks"] == ([] if m < p and name == "1f1b" else list(range(p))), got
+
+
+def test_a_nan_gradient_fails_the_one_process_check() -> None:
+    run = dict(schedule="1f1b", m=4)
+    per_rank = _results(2, run, [[], []])
+    ref = pp.reference(2)
+    per_rank[0]["grads"] = {
+        n: [g[0]] + [float("nan")] * (len(g) - 1) for n, g in ref["grads"].items()
+    }
+    got = pp.check_one_process(2, run, per_rank)
+    assert got["grad_error"] == float("inf") and len(got["problems"]) == 1, got
+    assert pp.check_one_process(2, run, _results(2, run, [[], []]))["problems"] == []
+
+
+def test_one_more_warmup_forward_fails_the_held_and_order_checks() -> None:
     # one copy per launch: launch writes a notebook function to notebook_<name>.py, so two
     # functions of one name in one launch would both run as the first
     run = dict(schedule="1f1b", m=8, order_fn=_typed_in_a_cell("one more warm-up forward"))
@@ -357,7 +431,9 @@ def test_one_more_warmup_forward_fails_the_held_check_only() -> None:
     assert problems == [
         "p=4 1f1b m=8: expected [4, 3, 2, 1] micro-batches held at the peak, per rank, "
         "found [5, 4, 3, 2] (counted) and [5.0, 4.0, 3.0, 2.0] (saved bytes / one "
-        "micro-batch's)"
+        "micro-batch's)",
+        "p=4 1f1b m=8 rank 0: expected torch's order F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 "
+        "B6 B7, found F0 F1 F2 F3 F4 B0 F5 B1 F6 B2 F7 B3 B4 B5 B6 B7",
     ], problems
     # the other checks fail too where they should (the same results, altered)
     per_rank = [dict(r) for r in per_rank]
@@ -366,7 +442,7 @@ def test_one_more_warmup_forward_fails_the_held_check_only() -> None:
     assert len(problems) == 1 and "expected one process's loss" in problems[0], problems
     per_rank[0]["order"] = per_rank[0]["order"][::-1]
     problems = pp.check_held_and_order(4, run, per_rank)["problems"]
-    assert len(problems) == 2 and "expected the orders" in problems[1], problems
+    assert len(problems) == 3 and "expected the orders" in problems[2], problems
 
 
 def test_backward_first_is_refused_on_the_last_rank() -> None:

@@ -711,14 +711,17 @@ def check_one_process(world_size: int, run: dict[str, Any], per_rank: Sequence[d
     """A from-scratch run's loss and gradients against one process's, within 1e-6.
 
     `per_rank`: the run's result on each rank, rank 0 first (`scratch_step`'s dicts). Returns
-    {"loss", "one_process_loss", "grad_error"} (the largest |difference| of any gradient entry)
-    and "problems": an "expected ..., found ..." line if the check fails, else nothing.
+    {"loss", "one_process_loss", "grad_error"} (the largest |difference| of any gradient entry,
+    inf if one is NaN) and "problems": an "expected ..., found ..." line if the check fails,
+    else nothing.
     """
     ref = reference(world_size)
     grads = {n: g for res in per_rank for n, g in res["grads"].items()}
-    err = max(
+    diffs = [
         abs(a - b) for n in ref["grads"] for a, b in zip(grads[n], ref["grads"][n], strict=True)
-    )
+    ]
+    # a NaN counts as the worst: it compares False with everything, so max() would skip it
+    err = math.inf if any(math.isnan(d) for d in diffs) else max(diffs)
     loss = per_rank[world_size - 1]["loss"]
     problems = []
     if not (abs(loss - ref["loss"]) < 1e-6 and err < 1e-6):
@@ -730,13 +733,36 @@ def check_one_process(world_size: int, run: dict[str, Any], per_rank: Sequence[d
     return {"loss": loss, "one_process_loss": ref["loss"], "grad_error": err, "problems": problems}
 
 
+def torch_order(schedule: str, world_size: int, m: int, rank: int) -> list[Action] | None:
+    """`rank`'s compute actions in torch's own plan of the schedule (`ScheduleGPipe` or
+    `Schedule1F1B`, through `library_order`), or None where torch refuses (m < p for 1F1B).
+
+    1F1B's last rank has its forwards renumbered by one where its plan starts with F1 (F1..F{m},
+    section 4's off-by-one, on 2.13-2.15): its run executes F0..F{m-1} (section 6).
+    """
+    name = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}[schedule]
+    try:
+        order = executed_compute(library_order(name, world_size, m)[rank])
+    except ValueError:  # "Number of microbatches (m) must be greater than or equal to ..."
+        return None
+    if name == "Schedule1F1B" and rank == world_size - 1 and order[0][1:] == ("F", 1):
+        order = [(s, k, i - 1) if k == "F" else (s, k, i) for s, k, i in order]
+    return order
+
+
+def _row(order: Sequence[Action]) -> str:
+    return " ".join(f"{k}{i}" for _, k, i in order)
+
+
 def check_held_and_order(world_size: int, run: dict[str, Any], per_rank: Sequence[dict]) -> dict:
     """A from-scratch run's peak of micro-batches held (counted, and in saved bytes) and the
-    order each rank ran, which must be its `order_fn`'s (else `scratch_order`'s).
+    order each rank ran, against torch's own plan (`torch_order`) and against its `order_fn`'s
+    (else `scratch_order`'s: so the order that ran is the one given).
 
     Expected at the peak: m micro-batches on every rank for GPipe, min(p-r, m) on rank r for
     1F1B. Returns {"held", "saved"} (per rank: the count, and the saved bytes over one
-    micro-batch's) and "problems": an "expected ..., found ..." line per failed check.
+    micro-batch's), "torch_ranks" (the ranks whose order was compared with torch's plan) and
+    "problems": an "expected ..., found ..." line per failed check.
     """
     p, m, name = world_size, run["m"], run["schedule"]
     held = [res["peak_held"] for res in per_rank]
@@ -748,12 +774,21 @@ def check_held_and_order(world_size: int, run: dict[str, Any], per_rank: Sequenc
             f"p={p} {name} m={m}: expected {expected} micro-batches held at the peak, per rank, "
             f"found {held} (counted) and {saved} (saved bytes / one micro-batch's)"
         )
+    orders = [res["order"] for res in per_rank]
+    torch_orders = [torch_order(name, p, m, r) for r in range(p)]
+    torch_ranks = [r for r in range(p) if torch_orders[r] is not None]
+    for r in torch_ranks:
+        if orders[r] != torch_orders[r]:
+            problems.append(
+                f"p={p} {name} m={m} rank {r}: expected torch's order {_row(torch_orders[r])}, "
+                f"found {_row(orders[r])}"
+            )
+            break  # the first rank that differs
     order_fn = run.get("order_fn", scratch_order)
     planned = [order_fn(name, p, m, r) for r in range(p)]
-    orders = [res["order"] for res in per_rank]
     if orders != planned:
         problems.append(f"p={p} {name} m={m}: expected the orders {planned}, found {orders}")
-    return {"held": held, "saved": saved, "problems": problems}
+    return {"held": held, "saved": saved, "torch_ranks": torch_ranks, "problems": problems}
 
 
 # ----------------------------------------------------------------- with PyTorch's API (ranks)
