@@ -24,13 +24,20 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import dryrun_audit  # noqa: E402
 
-# (notebook or "exercises nbNN", worker, world size as written) -> why the dry run does not run it
+# ("NN <cell id>" or "exercises nbNN", worker, world size as written) -> why the dry run does
+# not run it
 NOT_AUDITED = {
-    ("05", "algorithms_vs_library_worker", "n"): (
+    ("05 17", "algorithms_vs_library_worker", "n"): (
         "launched at n = 2, 3 and 4 (cell 17); audited at 2 and at 3 with the extra cases: "
         "the 4-rank launch is not"
     ),
-    ("13", "sharding_worker", "n"): "launched at n = 2 and 4; audited at 2: the 4-rank run is not",
+    ("05 a05r0002", "algorithms_vs_library_worker", "n"): (
+        "the edit-and-rerun cell's launches at n = 2, 3 and 4 run the reader's own copy of the "
+        "ring, which the dry run never sees (the audit runs the helper's)"
+    ),
+    ("13 571a9f27", "sharding_worker", "n"): (
+        "launched at n = 2 and 4; audited at 2: the 4-rank run is not"
+    ),
 }
 
 
@@ -79,9 +86,18 @@ def every_launch() -> list[tuple[str, str, str, str]]:
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
             if cell.cell_type == "code":
-                found += launches(path.name[:2], cell.source)
+                found += launches(f"{path.name[:2]} {cell.id}", cell.source)
     for path in sorted((ROOT / "src" / "helpers" / "exercises").glob("nb*.py")):
         found += launches(f"exercises {path.stem}", path.read_text(encoding="utf-8"))
+    return found
+
+
+def helper_launches() -> list[tuple[str, str, str, str]]:
+    """The launches helper modules make themselves (a notebook calls the helper, not launch)."""
+    found = []
+    for path in sorted((ROOT / "src" / "helpers").glob("*.py")):
+        if path.stem not in ("launch", "dryrun"):
+            found += launches(f"helpers {path.stem}", path.read_text(encoding="utf-8"))
     return found
 
 
@@ -96,7 +112,7 @@ def audited() -> dict[str, set[int]]:
 
 def test_the_scan_finds_the_launches_it_must() -> None:
     """The scanner itself: known launches of 04, 06 (through jobs_worker) and 14 are found."""
-    found = {(w, name, b) for w, name, _, b in every_launch()}
+    found = {(w[:2], name, b) for w, name, _, b in every_launch()}
     for expected in [("04", "collectives_worker", "auto"), ("06", "rebuild_worker", "auto"),
                      ("14", "profile_worker", "gloo")]:  # fmt: skip
         assert expected in found, f"expected the scan to find {expected}, found {sorted(found)}"
@@ -129,12 +145,39 @@ def test_every_gloo_launch_of_a_gpu_designed_notebook_is_listed_as_gloo_only() -
     listed = {(nb, target.split(".")[-1]) for nb, target in (
         (v[0][:2], v[1]) for v in dryrun_audit.GLOO_ONLY.values())}  # fmt: skip
     unlisted = sorted(
-        (where, worker)
+        (where[:2], worker)
         for where, worker, _, backend in every_launch()
-        if backend == "gloo" and design.get(where) == "gpu-designed"
-        and (where, worker) not in listed
+        if backend == "gloo" and design.get(where[:2]) == "gpu-designed"
+        and (where[:2], worker) not in listed
     )  # fmt: skip
     assert not unlisted, f"gloo launches missing from dryrun_audit.GLOO_ONLY: {unlisted}"
+
+
+def test_a_cpu_designed_notebook_asks_for_gloo_in_every_launch() -> None:
+    """Its "CPU" label rests on that: a launch left to choose could take NCCL on a GPU machine."""
+    design = _design()
+    loose = sorted(
+        (where, worker, n, backend)
+        for where, worker, n, backend in every_launch()
+        if not where.startswith("exercises")
+        and design.get(where[:2]) == "cpu"
+        and backend != "gloo"
+    )
+    assert not loose, f"launches of cpu-designed notebooks that do not ask for gloo: {loose}"
+
+
+def test_a_helper_that_launches_asks_for_gloo_or_is_audited() -> None:
+    """A notebook may call a helper that launches (04's `buffer_sync_facts`): the scan of the
+    notebooks cannot see that launch, so the helper's own must ask for gloo or be audited."""
+    sizes = audited()
+    found = helper_launches()
+    assert found, "expected at least one helper launch (helpers.ddp.buffer_sync_facts)"
+    loose = [
+        (where, worker, n)
+        for where, worker, n, backend in found
+        if backend != "gloo" and not (n.isdigit() and int(n) in sizes.get(worker, ()))
+    ]
+    assert not loose, f"helper launches that can take NCCL and are not audited: {loose}"
 
 
 @pytest.mark.parametrize("key", sorted(NOT_AUDITED))

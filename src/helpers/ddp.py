@@ -439,11 +439,11 @@ def buffer_sync_rule(
 
 
 def buffer_sync_facts(timeout_s: float = 180) -> dict[str, Any]:
-    """Launch 2 ranks (gloo), run both workers, return `buffer_sync_rule` of their results."""
+    """Launch 2 gloo ranks (on every machine), run both workers, return `buffer_sync_rule`."""
     from helpers.launch import launch
 
     jobs = [(init_broadcast_worker, ()), (buffer_sync_worker, (BUFFER_SCHEDULE,))]
-    res = launch(jobs_worker, 2, (jobs,), timeout_s=timeout_s)
+    res = launch(jobs_worker, 2, (jobs,), backend="gloo", timeout_s=timeout_s)
     return buffer_sync_rule(
         [r["init_broadcast_worker"] for r in res], [r["buffer_sync_worker"] for r in res]
     )
