@@ -473,3 +473,32 @@ def test_the_unbroken_copy_passes_and_a_reversed_ring_passes_only_at_two_ranks()
     with pytest.raises(LaunchTimeout, match=r"ranks \[0, 1, 2\] did not finish within the timeout"):
         _run_copy(REVERSE, ("timeout_s=60", "timeout_s=20"))  # N = 3 waits; shorter here
     assert "swap `right` and `left`" in _tries_text(), f"cell {TRIES_CELL}: {_tries_text()}"
+
+
+@pytest.mark.parametrize("numel", [1200, 1001], ids=["three equal chunks", "unequal chunks"])
+def test_a_reversed_ring_at_three_ranks_fails_by_the_sizes_of_its_chunks(numel: int) -> None:
+    """The tries' third edit with one size in `mine`: equal chunks finish with wrong results,
+    unequal ones make gloo abort a rank; the 1-element case hangs (the test above) because two of
+    its three chunks are empty and an empty chunk is never posted."""
+    sizes = [b - a for a, b in allreduce.chunk_bounds(1, 3)]
+    assert sizes == [1, 0, 0], f"1 element in 3 chunks: expected sizes [1, 0, 0], found {sizes}"
+    edits = (
+        REVERSE,
+        ("for n in NUMELS", f"for n in [{numel}]"),
+        ("for n in (2, 3, 4)", "for n in (3,)"),
+    )
+    text = _tries_text()
+    assert f"`[{numel}]` for `NUMELS`" in text or f"with `[{numel}]`" in text, (
+        f"cell {TRIES_CELL} should name the size {numel}: {text}"
+    )
+    if numel == 1200:
+        failed = ["all_close", "ints_exact", "ranks_identical", "max_abs_diff_below_1e-5"]
+        with pytest.raises(AssertionError) as err:
+            _run_copy(*edits)
+        message = f"N = 3: expected every check True, found False: {failed}"
+        assert str(err.value) == message, f"expected {message!r}, found {str(err.value)!r}"
+        assert f"`N = 3: ... {failed}`" in text, f"cell {TRIES_CELL} should quote {failed}: {text}"
+    else:
+        with pytest.raises(WorkerError, match="killed by SIGABRT"):
+            _run_copy(*edits)
+        assert "gloo kills it with SIGABRT" in text, f"cell {TRIES_CELL}: {text}"
