@@ -56,9 +56,15 @@ def ddp_cpu_module_worker(rank: int, world_size: int) -> None:
     model(torch.randn(2, 8, device=current_device())).sum().backward()
 
 
-def cuda_api_worker(rank: int, world_size: int) -> None:
-    """A torch.cuda call the dry run cannot answer: a stop, not a failure."""
-    torch.cuda.max_memory_allocated()
+def cuda_api_worker(rank: int, world_size: int) -> int:
+    """A torch.cuda call the dry run cannot answer, caught, then a CUDA-only kernel caught:
+    a stop at the first (not a failure, not a pass)."""
+    try:
+        peak = torch.cuda.max_memory_allocated()
+    except AttributeError:
+        peak = 0
+    caught_kernel_worker(rank, world_size)
+    return peak
 
 
 def reducer_seen_worker(rank: int, world_size: int) -> list[str]:
@@ -196,16 +202,6 @@ def assert_worker(rank: int, world_size: int) -> None:
     """The worker's own error (a failed value check): it fails, not a stop."""
     x = torch.ones(2, device=current_device())
     assert x.sum().item() == 3.0, "a value check failed"
-
-
-def caught_stops_worker(rank: int, world_size: int) -> str:
-    """A torch.cuda query the dry run cannot answer, then a CUDA-only kernel, each caught:
-    unchecked from the first."""
-    try:
-        torch.cuda.max_memory_allocated()
-    except AttributeError:
-        pass
-    return caught_kernel_worker(rank, world_size)
 
 
 def caught_kernel_worker(rank: int, world_size: int) -> str:
