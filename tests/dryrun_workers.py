@@ -216,7 +216,8 @@ def caught_kernel_worker(rank: int, world_size: int) -> str:
 
 def answered_cuda_worker(rank: int, world_size: int) -> list:
     """What the dry run answers as CUDA would: `Tensor.cuda` with an index, a torch.device or
-    a string, and the CUDA RNG's seeding and state (torch.cuda.random)."""
+    a string, the CUDA RNG's seeding and state (torch.cuda.random), `set_device` with an
+    index-less "cuda", and a bare index as a device (the rank's own)."""
     device = current_device()
     moved = [torch.ones(2).cuda(d) for d in (None, rank, device, f"cuda:{rank}", "cuda")]
     assert all(t.device == device for t in moved), f"found {[t.device for t in moved]}"
@@ -225,4 +226,45 @@ def answered_cuda_worker(rank: int, world_size: int) -> list:
     state = torch.cuda.get_rng_state()
     torch.cuda.set_rng_state(state)
     assert torch.cuda.initial_seed() == 0, f"found {torch.cuda.initial_seed()}"
-    return [str(t.device) for t in moved]
+    # an index-less "cuda" device is the current one: set_device keeps it, as on CUDA
+    torch.cuda.set_device(torch.device("cuda"))
+    # a bare index is cuda:<index>: the rank's own here
+    own = [torch.ones(2, device="cuda"), torch.ones(2, device=rank), torch.ones(2).to(rank)]
+    own += [torch.ones(2).to(torch.device(rank)), nn.Linear(2, 2).to(rank).weight]
+    assert all(t.device == device for t in own), f"found {[t.device for t in own]}"
+    return [str(t.device) for t in moved + own]
+
+
+def int_to0_worker(rank: int, world_size: int) -> list:
+    """`.to(0)`: cuda:0 on a CUDA build, whatever the rank (two ranks on one GPU)."""
+    t = torch.ones(4).to(0)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def ddp_module_to0_worker(rank: int, world_size: int) -> None:
+    """`nn.Module.to(0)` and `device=0`: every rank's model on cuda:0."""
+    model = DistributedDataParallel(nn.Linear(4, 2).to(0))
+    model(torch.randn(3, 4, device=0)).sum().backward()
+
+
+def event_timing_worker(rank: int, world_size: int) -> float:
+    """CUDA's timing idiom, right on a GPU: the dry run's events do not time (a stop)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.ones(4, device=current_device()).mul_(2)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def cuda_generator_worker(rank: int, world_size: int) -> float:
+    """A CUDA generator, right on a GPU: the CPU build refuses it in C++ (a stop)."""
+    gen = torch.Generator(device=current_device())
+    gen.manual_seed(rank)
+    return torch.randn(3, generator=gen, device=current_device()).sum().item()
+
+
+def stand_in_attribute_worker(rank: int, world_size: int) -> int:
+    """A CUDA stream's attribute the dry run's stand-in lacks (`cuda_stream`): a stop."""
+    return torch.cuda.current_stream().cuda_stream

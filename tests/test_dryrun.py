@@ -4,8 +4,10 @@
     that breaks no rule but runs nothing on the device is "no device op", not device-checked;
     each device rule broken by a toy worker fails with the worker's name, the rank and the op;
     a torch.cuda call it cannot answer, a CUDA-only kernel and the first call of a compiled
-    function are stops ("checked up to"), not passes, even when the worker catches them; the
-    worker's own error (a failed assert) fails it, not a stop.
+    function are stops ("checked up to"), not passes, even when the worker catches them; what
+    only the dry run's stand-ins or the CPU build refuse is a stop, not a failure; a bare
+    index is a CUDA device (rank 1's `.to(0)` fails); the worker's own error (a failed assert)
+    fails it, not a stop.
 (b) the audit: every entry of tests/dryrun_audit.py (what the GPU-designed notebooks and 15
     hand to `launch`, each at one world size; tests/test_dryrun_coverage.py names the launches
     it does not run) has the verdict src/helpers/dryrun_verdicts.json records; a changed verdict, in
@@ -64,6 +66,9 @@ def test_a_worker_with_nothing_on_the_device_is_not_device_checked(worker) -> No
         (toy.cpu_tensor_to_all_reduce_worker, "c10d.allreduce_", "a cpu tensor (4,) handed", 2),
         (toy.cpu_module_worker, "aten.addmm", "tensors on cpu (4,) and cuda:<rank>", 2),
         (toy.cuda0_worker, "aten.ones", "a tensor on cuda:0 on rank 1", 2),
+        # a bare index is cuda:<index>, as on a CUDA build: rank 1's `.to(0)` is on cuda:0
+        (toy.int_to0_worker, "aten._to_copy", "a tensor on cuda:0 on rank 1", 2),
+        (toy.ddp_module_to0_worker, "aten._to_copy", "a tensor on cuda:0 on rank 1", 2),
         (toy.ddp_cpu_module_worker, "c10d.", "a cpu tensor", 2),
         (toy.cpu_comm_hook_worker, "c10d.allreduce_", "a cpu tensor (36,) handed", 2),
         (toy.caught_breach_worker, "c10d.allreduce_", "a cpu tensor (4,) handed", 2),
@@ -122,6 +127,23 @@ def test_a_caught_kernel_stop_is_still_a_stop() -> None:
         "'aten::batch_norm_stats' with arguments from the 'CPU' backend)"
     )
     assert verdict.text == expected, f"expected {expected!r}, found {verdict}"
+
+
+# right on a GPU, refused here by the dry run's stand-ins or the CPU build: stops, not "fails"
+@pytest.mark.parametrize(
+    ("worker", "why"),
+    [
+        (toy.event_timing_worker, "torch.cuda.Event.elapsed_time: CUDA timing not answered"),
+        (toy.cuda_generator_worker, "RuntimeError: Cannot get CUDA generator without ATen_cuda"),
+        (toy.stand_in_attribute_worker, "AttributeError: '_Stream' object has no attribute"),
+    ],
+)
+def test_what_only_the_dry_run_refuses_is_a_stop_not_a_failure(worker, why) -> None:
+    verdict = dry_run(worker, 1)
+    assert verdict.kind == "checked up to", f"{worker.__name__}: expected a stop, found {verdict}"
+    assert verdict.what.startswith(f"{worker.__name__} (") and why in verdict.what, (
+        f"{worker.__name__}: expected the function and {why!r}, found {verdict.what!r}"
+    )
 
 
 def test_the_workers_own_error_fails_it_with_its_line() -> None:

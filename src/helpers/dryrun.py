@@ -48,7 +48,11 @@ How it works (each piece measured on torch 2.13.0+cpu):
     CUDA: both are allowed here;
   - every CUDA tensor is on the rank's own device: the course's one-device rule, not CUDA's
     (CUDA lets a process use any GPU), stricter than CUDA for an op that is not a collective,
-    so it can only over-report there; for a collective it is NCCL's (two ranks on one GPU);
+    so it can only over-report there; for a collective it is NCCL's (two ranks on one GPU).
+    A bare index is a CUDA device, as on a CUDA build (torch.device's "a single device
+    ordinal, which is treated as a cuda device"): `.to(0)`, `.to(torch.device(0))`,
+    `nn.Module.to(0)`, `.cuda(0)`, `set_device(0)`, and `device=0` in `torch.tensor`,
+    `as_tensor` and the factories `_FACTORIES` lists are `cuda:0` on every rank;
   - a collective (a c10d op, or a functional collective: an op of those namespaces with a
     `group_name`) gets only CUDA tensors of the rank, as NCCL does, unless its group was made
     with `dist.new_group(backend="gloo")`: CPU tensors are right there under NCCL too.
@@ -71,8 +75,14 @@ What it cannot see (say so where a verdict depends on it):
   `torch.cuda.random`'s own `current_device` and `device_count` too, so `manual_seed`,
   `get_rng_state` and kin act on one CPU generator per device, which no op draws from: a
   worker's random values on the "device" come from the CPU's generator);
-  streams and events are answered below; anything else of `torch.cuda` (memory stats, device
-  properties) fails as on a CPU build and stops the run, even where the worker catches it.
+  streams and events are answered below (not their timing); anything else of `torch.cuda`
+  (memory stats, device properties) fails as on a CPU build and stops the run, even where
+  the worker catches it.
+- A bare index given elsewhere than the calls listed under the one-device rule (a tensor's
+  `new_ones(2, device=0)`, a factory outside `_FACTORIES`): C++ reads it as the registered
+  "dryrun" backend's device, which the rules take for the rank's own, so rank 1's index 0 is
+  not seen there. A `torch.device(0)` the worker builds is `dryrun:0` (it prints so, and is not
+  equal to `torch.device("cuda", 0)`) until one of those calls reads it.
 - `torch.autocast("cuda")`: CUDA's autocast does not reach the wrapper tensors (C++ sees the
   "dryrun" device), so a worker under it would run in full precision; `is_bf16_supported()`
   (device properties) stops it first.
@@ -96,18 +106,23 @@ What it cannot see (say so where a verdict depends on it):
   Other tracers (`torch.export`, which Dynamo does not skip under a mode): not tried.
 - Streams and events: `torch.cuda.Stream`, `Event`, `current_stream`, `stream(...)` are one
   in-order queue (every op runs at once, in program order): a missing `wait_stream` or
-  `record_stream` (a race on a real GPU) is not seen.
+  `record_stream` (a race on a real GPU) is not seen. `Event.elapsed_time` is a stop (no
+  timing), and so is any attribute of CUDA's streams and events the stand-ins lack.
 - Pinned memory: `pin_memory()` and `pin_memory=True` give plain CPU memory (`is_pinned()`
   is True for it): no asynchronous copies.
 - CUDA-only kernels (SyncBatchNorm's `batch_norm_stats`): no CPU twin, a stop.
 A stop ("checked up to <function> (<why>)") is an error from what the dry run cannot answer,
 and only that: a kernel with no CPU twin (NotImplementedError "Could not run ... 'CPU'
-backend"), a `torch.cuda` function or `torch._C._cuda_*` binding it does not answer, the
-torch.compile stop. The device rules were checked up to that call, and nothing after it; a
-stop the worker catches is recorded and kept (the first one), as a breach is. Anything else
-the worker raises (a failed assert, a TypeError) is its own error, which the GPU path would
-raise too: "fails: <type>: <message>", with the worker's line in the detail. `.numpy()` of a
-device tensor is a breach (CUDA refuses it).
+backend"), a `torch.cuda` function or `torch._C._cuda_*` binding it does not answer, an
+attribute its stand-ins for streams and events lack, `Event.elapsed_time`, a
+refusal of the CPU-only build raised outside torch/cuda (RuntimeError "... without ATen_cuda
+library", "not compiled with CUDA": `torch.Generator(device="cuda:0")`), the torch.compile
+stop. The device rules were checked up to that call, and nothing after it; a stop the worker
+catches is recorded and kept (the first one), as a breach is, except the stand-ins' missing
+attributes and the CPU build's refusals, which are stops only when the worker lets them
+through. Anything else the worker raises (a failed assert, a TypeError) is its own error,
+which the GPU path would raise too: "fails: <type>: <message>", with the worker's line in the
+detail. `.numpy()` of a device tensor is a breach (CUDA refuses it).
 """
 
 from __future__ import annotations
@@ -207,7 +222,11 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
     cuda.current_device = lambda: state["device"]
 
     def set_device(device: Any) -> None:
-        state["device"] = torch.device(device).index if not isinstance(device, int) else device
+        # an index, "cuda:k", or an index-less "cuda" (the current device: a no-op, as on CUDA)
+        device = _cuda_ordinal(device)
+        index = device if isinstance(device, int) else torch.device(device).index
+        if index is not None:
+            state["device"] = index
 
     cuda.set_device = set_device
     # torch/cuda/random.py imported current_device and device_count by name: answer them there
@@ -233,14 +252,22 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
     # build on the CPU and move, which the mode sees (the same tensor a CUDA run gets)
     for name in ("tensor", "as_tensor"):
         setattr(torch, name, _built_then_moved(getattr(torch, name)))
+    # a bare index (`device=0`, `torch.device(0)`) is a CUDA device on a CUDA build; here C++
+    # would make it the "dryrun" backend's, which the rules read as the rank's own device
+    for name in _FACTORIES:
+        setattr(torch, name, _ordinal_device(getattr(torch, name)))
     # "cuda" without an index means the current device; C++ would ask CUDA's device guard
     move = torch.Tensor.to
 
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        args = tuple(_indexed(a) for a in args)
-        if "device" in kwargs:
-            kwargs["device"] = _indexed(kwargs["device"])
+        args, kwargs = _to_args(args, kwargs)
         return move(self, *args, **kwargs)
+
+    module_to = torch.nn.Module.to
+
+    def to_module(self: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        args, kwargs = _to_args(args, kwargs)
+        return module_to(self, *args, **kwargs)
 
     def to_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kw: Any):
         # Tensor.cuda(device): None (the current device), an index, a torch.device or a string
@@ -255,6 +282,45 @@ def _answer_cuda_queries(rank: int, world_size: int) -> None:
 
     torch.Tensor.to = to
     torch.Tensor.cuda = to_cuda
+    torch.nn.Module.to = to_module
+
+
+def _to_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`.to(...)`'s arguments with its device (the first positional or `device=`) indexed: a
+    bare index is `cuda:<index>` (the later positionals are dtype and bools, never devices)."""
+    if args:
+        args = (_indexed(_cuda_ordinal(args[0])), *(_indexed(a) for a in args[1:]))
+    if "device" in kwargs:
+        kwargs["device"] = _indexed(_cuda_ordinal(kwargs["device"]))
+    return args, kwargs
+
+
+# torch's factories that take `device=` (wrapped by _ordinal_device)
+_FACTORIES = (
+    "ones", "zeros", "empty", "full", "rand", "randn", "randint", "randperm", "arange",
+    "linspace", "logspace", "eye", "empty_strided", "ones_like", "zeros_like", "empty_like",
+    "full_like", "rand_like", "randn_like", "randint_like",
+)  # fmt: skip
+
+
+def _cuda_ordinal(device: Any) -> Any:
+    """A device as a CUDA build reads it: a bare index (not a bool) is `cuda:<index>`, and a
+    `torch.device(k)` the worker built (here "dryrun:k", the registered backend's) too."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return torch.device("cuda", device)
+    if isinstance(device, torch.device) and device.type == BACKEND:
+        return torch.device("cuda", device.index or 0)
+    return device
+
+
+def _ordinal_device(build: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(build)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if "device" in kwargs:
+            kwargs["device"] = _cuda_ordinal(kwargs["device"])
+        return build(*args, **kwargs)
+
+    return wrapper
 
 
 def _record_cuda_stops() -> None:
@@ -287,6 +353,7 @@ def _record_cuda_stops() -> None:
 
 def _indexed(device: Any) -> Any:
     """torch.device("cuda", current) for "cuda"; anything else as it is."""
+    device = _cuda_ordinal(device)
     if isinstance(device, (str, torch.device)):
         try:
             parsed = torch.device(device)
@@ -330,10 +397,18 @@ class _Event:
     def query(self) -> bool:
         return True
 
+    def elapsed_time(self, end_event: Any) -> float:
+        # CUDA timing is not answered: a stop, recorded (a worker that catches it stops here)
+        what = f"{_worker_function()} (torch.cuda.Event.elapsed_time: CUDA timing not answered)"
+        if _active is not None:
+            _active.stop(what)
+        raise RuntimeError(what)
+
 
 def _built_then_moved(build: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(build)
     def wrapper(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> Any:
+        device = _cuda_ordinal(device)
         if device is None or torch.device(device).type != "cuda":
             return build(data, *args, device=device, **kwargs)
         requires_grad = kwargs.pop("requires_grad", False)
@@ -854,19 +929,29 @@ def _stop_point(err: BaseException) -> str:
 
 
 _CUDA_PACKAGE = _TORCH / "cuda"
+# what a CPU-only build of torch raises where CUDA is asked for in C++
+_CPU_BUILD_REFUSALS = ("without ATen_cuda library", "not compiled with CUDA")
 
 
 def _is_stop(err: BaseException) -> bool:
     """An error from what the dry run cannot answer on a CPU: a kernel with no CPU twin
     (NotImplementedError "Could not run ... 'CPU' backend"), a `torch.cuda` function or a
     `torch._C._cuda_*` binding it does not answer (the CPU build's AttributeError, NameError,
-    ...), or the torch.compile stop. Anything else a worker raises is the worker's error."""
+    ...), an attribute the stream and event stand-ins lack, a CPU-build refusal raised in C++,
+    or the torch.compile stop. Anything else a worker raises is the worker's error."""
     if isinstance(err, CompileUnderDryRun):
         return True
     text = str(err)
     if isinstance(err, NotImplementedError) and "Could not run" in text and "'CPU' backend" in text:
         return True
     if isinstance(err, AttributeError) and "torch._C" in text and "_cuda" in text:
+        return True
+    # the dry run's stand-ins lack what CUDA's streams and events have (OnDevice is a Tensor:
+    # what it lacks, a CUDA tensor lacks too, the worker's own error)
+    if isinstance(err, AttributeError) and isinstance(getattr(err, "obj", None), (_Stream, _Event)):
+        return True
+    # the CPU build refuses CUDA outside torch/cuda (`torch.Generator(device="cuda:0")`)
+    if isinstance(err, RuntimeError) and any(s in text for s in _CPU_BUILD_REFUSALS):
         return True
     frames = traceback.extract_tb(err.__traceback__)
     return bool(frames) and _CUDA_PACKAGE in Path(frames[-1].filename).resolve().parents
