@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,26 @@ def test_every_calibration_toy_exists_and_the_report_says_when_no_nccl_ran() -> 
     text = gpu_check.report({"version": "2.13.0+cu"}, 1, skipped, [], [("t", "agrees", "m")])
     assert "**No NCCL launch of two or more ranks ran** (1 GPU(s))" in text, text
     assert "| t | agrees | m |" in text, f"expected the toy row in the report, found {text}"
+
+
+def test_a_snippet_runs_within_the_budget_or_says_why_not() -> None:
+    done = gpu_check.run_snippet(sys.executable, "print('ok')", time.time() + 60, floor=5, cap=30)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", f"expected 'ok', found {done}"
+    late = gpu_check.run_snippet(sys.executable, "print('ok')", time.time() + 1, floor=5, cap=30)
+    assert late == ("not run", "the budget ran out"), f"expected not run, found {late}"
+    slow = gpu_check.run_snippet(
+        sys.executable, "import time; time.sleep(5)", time.time() + 60, floor=0, cap=0.5
+    )
+    assert slow == ("failed", "timed out"), f"expected a timeout, found {slow}"
+
+
+def test_a_calibration_toy_fails_only_when_a_rank_raised() -> None:
+    rank = "helpers.launch.WorkerError: rank 0 failed: ValueError: Tensors must be CUDA and dense"
+    cases = [
+        (0, "", "passes"),
+        (1, rank, "fails"),
+        (1, "ModuleNotFoundError: dryrun_workers", "error"),
+    ]
+    found = [gpu_check.calibration_outcome(code, err) for code, err, _ in cases]
+    expected = [want for _, _, want in cases]
+    assert found == expected, f"expected {expected}, found {found}"

@@ -202,6 +202,29 @@ print(json.dumps({{"backend": res.backend}}))
 """
 
 
+def run_snippet(
+    python: str, code: str, deadline: float, floor: float, cap: float
+) -> subprocess.CompletedProcess | tuple[str, str]:
+    """Run `python -c code` within what is left of the budget (at most `cap` s): the finished
+    process, or the report row's (outcome, message) when it could not start or timed out."""
+    left = deadline - time.time()
+    if left < floor:
+        return ("not run", "the budget ran out")
+    try:
+        return subprocess.run([python, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                              timeout=min(left, cap))  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return ("failed", "timed out")
+
+
+def calibration_outcome(returncode: int, stderr: str) -> str:
+    """ "passes"; "fails" when a rank raised (`launch`'s WorkerError names it); "error" for
+    anything else, such as an import failing before the launch: not the device refusing the toy."""
+    if returncode == 0:
+        return "passes"
+    return "fails" if "WorkerError" in stderr else "error"
+
+
 def run_workers(python: str, gpus: int, deadline: float) -> list[tuple[str, str, str]]:
     """(worker, outcome, message) for every audited worker, run for real."""
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "src")]
@@ -212,16 +235,10 @@ def run_workers(python: str, gpus: int, deadline: float) -> list[tuple[str, str,
         if gpus < n:
             rows.append((name, "skipped", f"too few GPUs: {n} ranks need {n}, found {gpus}"))
             continue
-        left = deadline - time.time()
-        if left < 30:
-            rows.append((name, "not run", "the budget ran out"))
-            continue
         code = WORKER_RUN.format(tests=str(ROOT / "tests"), src=str(ROOT / "src"), name=name)
-        try:
-            out = subprocess.run([python, "-c", code], cwd=ROOT, capture_output=True,
-                                 text=True, timeout=min(left, 300))  # fmt: skip
-        except subprocess.TimeoutExpired:
-            rows.append((name, "failed", "timed out"))
+        out = run_snippet(python, code, deadline, floor=30, cap=300)
+        if isinstance(out, tuple):
+            rows.append((name, *out))
             continue
         if out.returncode == 0:
             rows.append((name, "passed", out.stdout.strip().splitlines()[-1]))
@@ -256,18 +273,12 @@ def run_calibration(python: str, deadline: float) -> list[tuple[str, str, str]]:
     """(toy, outcome, message): "agrees" when the real device did what the dry run says."""
     rows = []
     for name, expected in CALIBRATION.items():
-        left = deadline - time.time()
-        if left < 20:
-            rows.append((name, "not run", "the budget ran out"))
-            continue
         code = TOY_RUN.format(tests=str(ROOT / "tests"), src=str(ROOT / "src"), name=name)
-        try:
-            out = subprocess.run([python, "-c", code], cwd=ROOT, capture_output=True,
-                                 text=True, timeout=min(left, 150))  # fmt: skip
-        except subprocess.TimeoutExpired:
-            rows.append((name, "failed", "timed out"))
+        out = run_snippet(python, code, deadline, floor=20, cap=150)
+        if isinstance(out, tuple):
+            rows.append((name, *out))
             continue
-        found = "passes" if out.returncode == 0 else "fails"
+        found = calibration_outcome(out.returncode, out.stderr)
         tail = out.stderr.strip().splitlines()[-1][:200] if out.stderr.strip() else ""
         outcome = "agrees" if found == expected else "failed"
         rows.append((name, outcome, f"dry run: {expected}; on the GPU: {found}. {tail}".strip()))
