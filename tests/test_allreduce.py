@@ -30,7 +30,7 @@ from helpers.allreduce import (
     ring_schedule,
     ring_step_text,
     ring_step_viewer,
-    simulate_pipeline,
+    simulate_pipelined_ring,
     simulate_ring,
     summarize_vs_library,
     timing_worker,
@@ -370,11 +370,11 @@ def test_resolve_algorithm() -> None:
 @pytest.mark.parametrize("world_size", [2, 3, 4, 5])
 def test_pipeline_model(world_size: int) -> None:
     n, send, add = world_size, 6.0, 3.0
-    plain = simulate_pipeline(n, 1, send, add)
+    plain = simulate_pipelined_ring(n, 1, send, add)
     # one segment is the step-by-step ring: every reduce-scatter step is a send then an add
     assert max(e.end for e in plain) == (n - 1) * (send + add) + (n - 1) * send
     for k in (2, 3, 6):
-        events = simulate_pipeline(n, k, send, add)
+        events = simulate_pipelined_ring(n, k, send, add)
         end = max(e.end for e in events)
         # the link never waits once adds are shorter than sends: only the transfers remain
         assert end == 2 * (n - 1) * send, (k, end)
@@ -385,19 +385,19 @@ def test_pipeline_model(world_size: int) -> None:
         assert kinds.count("send") == kinds.count("recv") == 2 * (n - 1) * k
         assert kinds.count("add") == (n - 1) * k
     # adds longer than sends: the adder is the bottleneck, segments still help
-    slow = [max(e.end for e in simulate_pipeline(n, k, 2.0, 4.0)) for k in (1, 2, 4)]
+    slow = [max(e.end for e in simulate_pipelined_ring(n, k, 2.0, 4.0)) for k in (1, 2, 4)]
     assert slow == sorted(slow, reverse=True) and slow[0] > slow[-1]
     with pytest.raises(ValueError, match="need world_size >= 2"):
-        simulate_pipeline(1, 2)
+        simulate_pipelined_ring(1, 2)
 
 
 def test_pipeline_timeline_text() -> None:
-    text = pipeline_timeline_text(simulate_pipeline(3, 1))
+    text = pipeline_timeline_text(simulate_pipelined_ring(3, 1))
     lines = text.splitlines()
     assert len(lines) == 1 + 3 * 3 and lines[0].split() == ["0", "1", "2"]
     assert lines[1] == "r0 send  000000...222222...111111000000"
     assert lines[3] == "r0 add   ......222......111............"
-    piped = pipeline_timeline_text(simulate_pipeline(3, 3)).splitlines()
+    piped = pipeline_timeline_text(simulate_pipelined_ring(3, 3)).splitlines()
     assert piped[1] == "r0 send  000000222222111111000000"  # the link never idles
 
 

@@ -103,7 +103,7 @@ def test_ring_schedule_is_the_ring(world_size: int, layout: str) -> None:
     count; what arrives at a rank is what its left neighbour held, and holds it next step."""
     n, seq = world_size, 16
     for causal in (False, True):
-        plan = cp.ring_schedule(n, layout, causal, seq)
+        plan = cp.ring_attention_plan(n, layout, causal, seq)
         for r in range(n):
             assert sorted(step[r]["owner"] for step in plan) == list(range(n)), plan
         for s, step in enumerate(plan[:-1]):
@@ -127,7 +127,7 @@ def test_ring_schedule_is_the_ring(world_size: int, layout: str) -> None:
 def test_ring_attention_viewer_draws_its_schedule() -> None:
     viewer = cp.ring_attention_step_viewer(4, "zigzag", causal=True)
     assert isinstance(viewer, RingAttentionViewer) and len(viewer.steps) == 4
-    plan = cp.ring_schedule(4, "zigzag", True)
+    plan = cp.ring_attention_plan(4, "zigzag", True)
     assert [step["plan"] for step in viewer.steps] == plan
     for s, step in enumerate(viewer.steps):
         svg, text = step["svg"], step["text"]

@@ -72,8 +72,8 @@ __all__ = [
     "RingStep",
     "RingSimulation",
     "simulate_ring",
-    "PipelineEvent",
-    "simulate_pipeline",
+    "PipelinedRingEvent",
+    "simulate_pipelined_ring",
     "pipeline_timeline_text",
     "ring_step_html",
     "ring_step_text",
@@ -337,15 +337,15 @@ def ring_schedule(rank: int, world_size: int, step: int) -> tuple[str, int, int]
     return "all-gather", (rank + 1 - s) % n, (rank - s) % n
 
 
-_SCRATCH: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+_RECV_BUFFERS: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
-def _scratch(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _recv_buffer(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A (numel,) receive buffer kept between calls (per dtype and device), so that repeated
     calls reuse one allocation instead of asking the allocator for a new multi-MiB buffer."""
-    buf = _SCRATCH.get((dtype, device))
+    buf = _RECV_BUFFERS.get((dtype, device))
     if buf is None or buf.numel() < numel:
-        buf = _SCRATCH[(dtype, device)] = torch.empty(numel, dtype=dtype, device=device)
+        buf = _RECV_BUFFERS[(dtype, device)] = torch.empty(numel, dtype=dtype, device=device)
     return buf[:numel]
 
 
@@ -365,7 +365,7 @@ def ring_allreduce(
     if world_size > 1 and flat.numel() > 0:
         chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world_size)]
         right, left = (rank + 1) % world_size, (rank - 1) % world_size
-        inbox = _scratch(chunks[0].numel(), flat.dtype, flat.device)  # (largest chunk,)
+        inbox = _recv_buffer(chunks[0].numel(), flat.dtype, flat.device)  # (largest chunk,)
         for step in range(2 * (world_size - 1)):
             phase, send_i, recv_i = ring_schedule(rank, world_size, step)
             if phase == "reduce-scatter":
@@ -435,9 +435,9 @@ def pipelined_ring_allreduce(
         pieces = [[c[a:b] for a, b in chunk_bounds(c.numel(), segments)] for c in chunks]
         right, left = (rank + 1) % world_size, (rank - 1) % world_size
         biggest = chunks[0].numel()
-        scratch = _scratch(2 * biggest, flat.dtype, flat.device)  # (2 * largest chunk,)
+        buffer = _recv_buffer(2 * biggest, flat.dtype, flat.device)  # (2 * largest chunk,)
         inboxes = [  # two receive areas: step s+1 arrives while step s is still being added
-            [scratch[i * biggest :][a:b] for a, b in chunk_bounds(biggest, segments)]
+            [buffer[i * biggest :][a:b] for a, b in chunk_bounds(biggest, segments)]
             for i in (0, 1)
         ]
         n_steps = 2 * (world_size - 1)
@@ -702,8 +702,8 @@ def ring_step_viewer(sim: RingSimulation) -> Any:
 
 
 @dataclass(frozen=True)
-class PipelineEvent:
-    """One busy interval of one rank in `simulate_pipeline` (times in model units)."""
+class PipelinedRingEvent:
+    """One busy interval of one rank in `simulate_pipelined_ring` (times in model units)."""
 
     rank: int
     kind: str  # "send" (on the rank's link to its right), "recv" (from its left) or "add"
@@ -714,9 +714,9 @@ class PipelineEvent:
     end: float
 
 
-def simulate_pipeline(
+def simulate_pipelined_ring(
     world_size: int, segments: int, chunk_send: float = 6.0, chunk_add: float = 3.0
-) -> list[PipelineEvent]:
+) -> list[PipelinedRingEvent]:
     """When each send, receive and add of the ring happens if chunks move in `segments` pieces.
 
     A model, not a measurement: each rank's link to its right carries one segment at a time
@@ -749,12 +749,12 @@ def simulate_pipeline(
         for step, k, kind, start, end in timing:
             _, send_i, recv_i = ring_schedule(rank, n, step)
             chunk = send_i if kind == "send" else recv_i
-            events.append(PipelineEvent(rank, kind, step, k, chunk, start, end))
+            events.append(PipelinedRingEvent(rank, kind, step, k, chunk, start, end))
     return events
 
 
-def pipeline_timeline_text(events: Sequence[PipelineEvent], unit: float = 1.0) -> str:
-    """A text Gantt chart of `simulate_pipeline` events: one row per rank and kind, one column
+def pipeline_timeline_text(events: Sequence[PipelinedRingEvent], unit: float = 1.0) -> str:
+    """A text Gantt chart of `simulate_pipelined_ring` events: one row per rank and kind, one column
     per `unit` of time, the chunk number where busy and '.' where idle."""
     end = max(e.end for e in events)
     width = int(round(end / unit))

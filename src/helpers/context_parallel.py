@@ -52,7 +52,7 @@ __all__ = [
     "work_grid_svg",
     "ring_owner",
     "block_skipped",
-    "ring_schedule",
+    "ring_attention_plan",
     "ring_attention_svg",
     "ring_attention_step_text",
     "ring_attention_step_viewer",
@@ -207,7 +207,7 @@ def ring_attention(
     k and v stacked into one tensor). work counts the score entries this rank computed
     ("scores"), the blocks it computed and skipped, its CPU time in block arithmetic ("cpu_s") and,
     per step, the owner of the block it held as `ring_owner` names it, the (q start, k start) chunk
-    pairs it computed and skipped (what `ring_schedule` predicts) and "first_key", the first value
+    pairs it computed and skipped (what `ring_attention_plan` predicts) and "first_key", the first value
     of the key block it actually held (k[0, 0, 0, 0], read from the block itself, which the caller
     can compare with the named owner's shard) ("steps"). tie=False leaves out the weight-0 tie at
     the end (the unit tests show the deadlock it prevents).
@@ -606,7 +606,7 @@ def rotater_worker(rank: int, world_size: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- the ring, step by step
-def ring_schedule(
+def ring_attention_plan(
     world_size: int, layout: str, causal: bool, seq_len: int = SHAPE[2]
 ) -> list[list[dict[str, Any]]]:
     """What every rank does at each step of `ring_attention`: plan[s][r], from the same rules.
@@ -650,7 +650,7 @@ def _tokens(chunks: Sequence[tuple[int, int]]) -> str:
 def ring_attention_step_text(
     plan: list[list[dict[str, Any]]], step: int, layout: str, causal: bool, seq_len: int
 ) -> str:
-    """Step `step` of `ring_schedule`'s plan as text: per rank the block it holds, the chunk pairs
+    """Step `step` of `ring_attention_plan`'s plan as text: per rank the block it holds, the chunk pairs
     it computes and skips (queries x keys, as token ranges), the keys its running (out, LSE) has
     folded in so far, what it sends and receives. Deterministic: ranks and token positions only."""
     n = len(plan)
@@ -804,7 +804,7 @@ def ring_attention_svg(
 def ring_attention_step_viewer(
     world_size: int, layout: str, causal: bool, seq_len: int = SHAPE[2]
 ) -> Any:
-    """A slider over the steps of `ring_schedule(world_size, layout, causal, seq_len)`, drawn in
+    """A slider over the steps of `ring_attention_plan(world_size, layout, causal, seq_len)`, drawn in
     the browser (`helpers.viewers.RingAttentionViewer`); its plain-text twin is step 0's text.
 
     steps[s]: {"step": s, "plan": plan[s], "svg": ring_attention_svg(...), "text":
@@ -815,7 +815,7 @@ def ring_attention_step_viewer(
     """
     from helpers.viewers import RingAttentionViewer
 
-    plan = ring_schedule(world_size, layout, causal, seq_len)
+    plan = ring_attention_plan(world_size, layout, causal, seq_len)
     steps = [
         {
             "step": s,

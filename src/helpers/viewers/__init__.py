@@ -163,7 +163,7 @@ class RingAttentionViewer(StepViewer):
     """Ring attention's schedule, step by step
     (`helpers.context_parallel.ring_attention_step_viewer`).
 
-    `steps[s]`: `{"step": s, "plan": ring_schedule(...)[s], "svg", "text"}`. DOM hooks:
+    `steps[s]`: `{"step": s, "plan": ring_attention_plan(...)[s], "svg", "text"}`. DOM hooks:
     `.ringattn-step-view`, its slider `.ringattn-step-slider` (`input[type=range]`, readout
     `.ringattn-step-readout`), the picture `svg.ringattn-svg[data-step]` with one
     `g.rank[data-rank][data-owner]` per rank and one `g.shift[data-from][data-to]` per send, the
