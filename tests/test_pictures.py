@@ -17,10 +17,10 @@ import pytest
 
 from helpers.allreduce import ring_schedule, ring_step_html, simulate_ring
 from helpers.pictures import (
+    COMPILE_STAGES,
     COMPLETE_COLOUR,
-    PIPELINE,
-    pipeline_stage,
-    pipeline_svg,
+    compile_stage,
+    compile_stages_svg,
     ring_svg,
     sum_colour,
 )
@@ -92,9 +92,9 @@ def test_ring_svg_colours_count_the_ranks_summed() -> None:
     assert root.get("data-phase") == "reduce-scatter" and root.get("data-step") == "3"
 
 
-def test_pipeline_stage_comes_from_the_call_path() -> None:
+def test_compile_stage_comes_from_the_call_path() -> None:
     rec = _recording()
-    stages = [pipeline_stage(rec.path_to(i))[0] for i in range(len(rec))]
+    stages = [compile_stage(rec.path_to(i))[0] for i in range(len(rec))]
     assert stages == [
         "Dynamo frame hook",
         "Dynamo frame hook",
@@ -107,21 +107,21 @@ def test_pipeline_stage_comes_from_the_call_path() -> None:
         "guards",
         None,
     ]
-    assert pipeline_stage(rec.path_to(7))[1].name == "torch._inductor.graph.GraphLowering.run"
-    assert [s.name for s in PIPELINE][-1] == "guards"
+    assert compile_stage(rec.path_to(7))[1].name == "torch._inductor.graph.GraphLowering.run"
+    assert [s.name for s in COMPILE_STAGES][-1] == "guards"
 
 
-def test_pipeline_svg_highlights_one_stage() -> None:
+def test_compile_stages_svg_highlights_one_stage() -> None:
     rec = _recording()
-    root = ET.fromstring(pipeline_svg(rec.path_to(5)))
+    root = ET.fromstring(compile_stages_svg(rec.path_to(5)))
     boxes = [g for g in root.iter(f"{{{NS['s']}}}g") if "stage" in g.get("class", "").split()]
-    assert [g.get("data-stage") for g in boxes] == [s.name for s in PIPELINE]
+    assert [g.get("data-stage") for g in boxes] == [s.name for s in COMPILE_STAGES]
     assert [g.get("data-stage") for g in boxes if g.get("data-active") == "true"] == ["AOTAutograd"]
     assert root.get("data-step") == "5" and root.get("data-active-stage") == "AOTAutograd"
-    unnumbered = ET.fromstring(pipeline_svg(rec.path_to(5), numbered=False))
+    unnumbered = ET.fromstring(compile_stages_svg(rec.path_to(5), numbered=False))
     assert "data-step" not in unnumbered.attrib
-    none = ET.fromstring(pipeline_svg(rec.path_to(9)))
-    assert none.get("data-active-stage") == "" and 'data-active="true"' not in pipeline_svg(
+    none = ET.fromstring(compile_stages_svg(rec.path_to(9)))
+    assert none.get("data-active-stage") == "" and 'data-active="true"' not in compile_stages_svg(
         rec.path_to(9)
     )
 
@@ -176,12 +176,12 @@ def test_ring_rendered(page) -> None:
 
 def test_pipeline_rendered(page) -> None:
     rec = _recording()
-    page.set_content(pipeline_svg(rec.path_to(7)))  # an FX step called by Inductor's lowering
-    active = page.locator('svg.pipeline-svg g.stage[data-active="true"]')
+    page.set_content(compile_stages_svg(rec.path_to(7)))  # an FX step called by Inductor's lowering
+    active = page.locator('svg.stages-svg g.stage[data-active="true"]')
     assert active.count() == 1
     assert active.get_attribute("data-stage") == "Inductor"
     assert active.locator("text").first.text_content() == "Inductor"
-    assert page.locator("svg.pipeline-svg g.stage").count() == len(PIPELINE)
+    assert page.locator("svg.stages-svg g.stage").count() == len(COMPILE_STAGES)
     fill = active.locator("rect").evaluate("e => getComputedStyle(e).fill")
     others = page.eval_on_selector_all(
         'g.stage[data-active="false"] rect', "els => els.map(e => getComputedStyle(e).fill)"

@@ -13,7 +13,7 @@ import torch._dynamo
 from compile_fixtures import ADDRESS, X, pointwise, shifted_cos
 
 from helpers.compile_tools import graph_ops
-from helpers.pictures import pipeline_svg
+from helpers.pictures import compile_stages_svg
 from helpers.source import resolve
 from helpers.tracing import (
     Recording,
@@ -126,7 +126,7 @@ def test_step_text_is_pure_and_viewer_uses_it(eager_recording: Recording) -> Non
     viewer = step_viewer(rec, start=i, steps=[0, i, guards])
     assert [s["index"] for s in viewer.steps] == [0, i, guards] and viewer.step == 1
     assert viewer.steps[1] == step_data(rec, i) and viewer.steps[1]["name"] == head[0]
-    assert viewer.steps[1]["svg"] == pipeline_svg(rec.path_to(i))  # the picture of that step
+    assert viewer.steps[1]["svg"] == compile_stages_svg(rec.path_to(i))  # the picture of that step
     assert 'data-active-stage="Dynamo frame hook"' in viewer.steps[1]["svg"]  # convert_frame
     assert 'data-active-stage="guards"' in viewer.steps[2]["svg"]
     assert text == f"{head[0]}\n{viewer.steps[1]['head']}\n\n{viewer.steps[1]['body']}"

@@ -64,7 +64,7 @@ def test_display_carries_view_state_and_text_twin() -> None:
     viewer.close()
 
 
-@pytest.mark.parametrize("name", ["ring", "callpath", "pipeline", "ringattn", "alltoall"])
+@pytest.mark.parametrize("name", ["ring", "callpath", "timeline", "ringattn", "alltoall"])
 def test_es_modules_export_a_render(name: str) -> None:
     text = esm(name)
     assert "export default { render }" in text and "function render({ model, el })" in text
@@ -80,10 +80,10 @@ def test_timeline_viewer_carries_its_picture_once() -> None:
     assert model["picture"] == "<svg/>" and model["steps"] == steps, model
     assert model["_anywidget_id"] == "helpers.viewers.TimelineViewer"
     full = with_modules(data[STATE_MIME]["state"])[viewer.model_id]["state"]
-    assert full["_esm"] == esm("pipeline")
+    assert full["_esm"] == esm("timeline")
     # the picture is drawn once: the module moves the band and marks boxes, it redraws nothing
     # (its own file: slider.js, prepended, holds the picture-and-text viewers' redraw)
-    text = esm_path("pipeline").read_text()
+    text = esm_path("timeline").read_text()
     assert text.count("innerHTML") == 1 and 'band.setAttribute("x"' in text
     assert "renderPictureAndText(" not in text, "the timeline must not redraw its picture per step"
     viewer.close()

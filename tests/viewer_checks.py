@@ -28,13 +28,13 @@ VIEW_STATE = """() => {
 
 # the call-path viewer (notebook 01)
 CALLPATH_STATE = """() => {
-  const view = document.querySelector('.pipeline-step-view');
-  const svg = view && view.querySelector('svg.pipeline-svg');
+  const view = document.querySelector('.callpath-step-view');
+  const svg = view && view.querySelector('svg.stages-svg');
   const active = svg && svg.querySelector('g.stage[data-active="true"]');
   return {
-    readout: view?.querySelector('.pipeline-step-slider .pipeline-step-readout')?.innerText ?? null,
-    name: view?.querySelector('.pipeline-step-name')?.innerText ?? null,
-    text: view?.querySelector('.pipeline-step-text')?.innerText ?? null,
+    readout: view?.querySelector('.callpath-step-slider .callpath-step-readout')?.innerText ?? null,
+    name: view?.querySelector('.callpath-step-name')?.innerText ?? null,
+    text: view?.querySelector('.callpath-step-text')?.innerText ?? null,
     svg_step: svg ? svg.getAttribute('data-step') : null,
     svg_stage: svg ? svg.getAttribute('data-active-stage') : null,
     active_box: active ? active.dataset.stage : null,
@@ -93,7 +93,7 @@ ALLTOALL_STATE = """() => {
 
 SLIDERS = {
     VIEW_STATE: ".ring-step-view .ring-step-slider input[type=range]",
-    CALLPATH_STATE: ".pipeline-step-view .pipeline-step-slider input[type=range]",
+    CALLPATH_STATE: ".callpath-step-view .callpath-step-slider input[type=range]",
     TIMELINE_STATE: ".timeline-step-view .timeline-step-slider input[type=range]",
     RINGATTN_STATE: ".ringattn-step-view .ringattn-step-slider input[type=range]",
     ALLTOALL_STATE: ".alltoall-step-view .alltoall-step-slider input[type=range]",

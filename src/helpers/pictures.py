@@ -10,10 +10,10 @@ The pictures take plain data and import nothing from `helpers`, so the imports p
 - `ring_svg(steps, step)`: a ring schedule (`RingFrame`s, for example the `steps` of a
   `helpers.allreduce.RingSimulation`) after `step`: ranks on a circle, this step's transfers as
   arrows labelled with their chunk, each chunk coloured by how many ranks it already sums.
-- `pipeline_stage(path)` and `pipeline_svg(path)`: where the last step of a call path
-  (`PathStep`s, outermost first, for example `helpers.tracing.Recording.path_to(i)`) sits in the
-  compile pipeline (`PIPELINE`), read off the modules on that path, and a diagram of the
-  pipeline with that stage highlighted.
+- `compile_stage(path)` and `compile_stages_svg(path)`: where the last step of a call path
+  (`PathStep`s, outermost first, for example `helpers.tracing.Recording.path_to(i)`) sits among
+  the stages of a first compile (`COMPILE_STAGES`), read off the modules on that path, and a
+  diagram of the stages with that one highlighted.
 
 No randomness, no clocks, no ids that change between runs: the same arguments give the same
 text, so a stored output compares equal under strict nbval. Elements carry class names and
@@ -29,7 +29,7 @@ from collections.abc import Collection, Sequence
 from typing import Any, NamedTuple, Protocol
 
 __all__ = [
-    "PIPELINE",
+    "COMPILE_STAGES",
     "SUM_COLOURS",
     "COMPLETE_COLOUR",
     "RingFrame",
@@ -37,8 +37,8 @@ __all__ = [
     "Stage",
     "sum_colour",
     "ring_svg",
-    "pipeline_stage",
-    "pipeline_svg",
+    "compile_stage",
+    "compile_stages_svg",
 ]
 
 _SVG = 'xmlns="http://www.w3.org/2000/svg"'
@@ -176,7 +176,7 @@ def ring_svg(steps: Sequence[RingFrame], step: int) -> str:
     return "\n".join(out)
 
 
-# ------------------------------------------------------------------------ the compile pipeline
+# -------------------------------------------------------------------------- the compile stages
 
 
 class PathStep(Protocol):
@@ -190,7 +190,7 @@ class PathStep(Protocol):
 
 
 class Stage(NamedTuple):
-    """A stage of the compile pipeline and the modules whose functions belong to it."""
+    """A stage of a first `torch.compile` call and the modules whose functions belong to it."""
 
     name: str
     modules: tuple[str, ...]
@@ -199,7 +199,7 @@ class Stage(NamedTuple):
 #: The stages of a first `torch.compile` call, in order, each with the module prefixes (dotted)
 #: of its functions. `torch.fx` is in no stage: every stage builds or runs FX graphs, so an FX
 #: function belongs to the stage of its nearest caller that is in one.
-PIPELINE: tuple[Stage, ...] = (
+COMPILE_STAGES: tuple[Stage, ...] = (
     Stage("Dynamo frame hook", ("torch._dynamo.eval_frame", "torch._dynamo.convert_frame")),
     Stage(
         "bytecode translation",
@@ -217,15 +217,15 @@ PIPELINE: tuple[Stage, ...] = (
 
 
 def _stage_of_module(module: str) -> Stage | None:
-    for stage in PIPELINE:
+    for stage in COMPILE_STAGES:
         if any(module == m or module.startswith(m + ".") for m in stage.modules):
             return stage
     return None
 
 
-def pipeline_stage(path: Sequence[PathStep]) -> tuple[str | None, PathStep | None]:
+def compile_stage(path: Sequence[PathStep]) -> tuple[str | None, PathStep | None]:
     """(stage name, the step that decided it) for the last step of `path` (a call path,
-    outermost first): the innermost step on it whose module is in a `PIPELINE` stage.
+    outermost first): the innermost step on it whose module is in a `COMPILE_STAGES` stage.
     (None, None) when no step on the path is (e.g. a `torch._dynamo.utils` helper at the root).
     """
     for s in reversed(path):
@@ -235,33 +235,33 @@ def pipeline_stage(path: Sequence[PathStep]) -> tuple[str | None, PathStep | Non
     return None, None
 
 
-def pipeline_svg(path: Sequence[PathStep], numbered: bool = True) -> str:
-    """The compile pipeline as SVG with the stage of the last step of `path` highlighted.
+def compile_stages_svg(path: Sequence[PathStep], numbered: bool = True) -> str:
+    """The compile stages as SVG with the stage of the last step of `path` highlighted.
 
-    One `g.stage[data-stage][data-active]` box per `PIPELINE` stage (name and module prefixes),
-    arrows between them, and under them the step's dotted name, its file and the step on its
-    call path that decided the stage. The root `svg.pipeline-svg` carries `data-active-stage`
-    and, with numbered=True, `data-step` (the index; leave it out for output compared across
-    runs, like `tracing.step_text(..., numbered=False)`).
+    One `g.stage[data-stage][data-active]` box per stage of `COMPILE_STAGES` (name and module
+    prefixes), arrows between them, and under them the step's dotted name, its file and the step
+    on its call path that decided the stage. The root `svg.stages-svg` carries
+    `data-active-stage` and, with numbered=True, `data-step` (the index; leave it out for output
+    compared across runs, like `tracing.step_text(..., numbered=False)`).
     """
     step = path[-1]
-    active, decided = pipeline_stage(path)
+    active, decided = compile_stage(path)
     bw, bh, gap, top = 178, 70, 20, 34
-    width = len(PIPELINE) * bw + (len(PIPELINE) - 1) * gap + 20
+    width = len(COMPILE_STAGES) * bw + (len(COMPILE_STAGES) - 1) * gap + 20
     height = 180
     number = f' data-step="{step.index}"' if numbered else ""
     out = [
-        f'<svg {_SVG} class="pipeline-svg" viewBox="0 0 {width} {height}" width="{width}" '
+        f'<svg {_SVG} class="stages-svg" viewBox="0 0 {width} {height}" width="{width}" '
         f'height="{height}" data-active-stage="{_e(active or "")}"{number} role="img" '
         f'{_FONT} font-size="12">',
         f"<title>{_e(step.name)}: {_e(active or 'no stage')}</title>",
-        '<defs><marker id="pipeline-head" viewBox="0 0 10 10" refX="9" refY="5" '
+        '<defs><marker id="stages-head" viewBox="0 0 10 10" refX="9" refY="5" '
         'markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z" '
         'fill="#666"/></marker></defs>',
         f'<text class="caption" x="10" y="20">the compile pipeline: where this step is '
         f"({_e(active or 'in no stage')})</text>",
     ]
-    for k, stage in enumerate(PIPELINE):
+    for k, stage in enumerate(COMPILE_STAGES):
         x = 10 + k * (bw + gap)
         on = stage.name == active
         fill, stroke, weight = ("#ffd27a", "#b36b00", 3) if on else ("#f2f2f2", "#888", 1)
@@ -284,7 +284,7 @@ def pipeline_svg(path: Sequence[PathStep], numbered: bool = True) -> str:
             ax = x - gap
             out.append(
                 f'<line x1="{ax + 2}" y1="{top + bh / 2}" x2="{x - 3}" y2="{top + bh / 2}" '
-                f'stroke="#666" stroke-width="2" marker-end="url(#pipeline-head)"/>'
+                f'stroke="#666" stroke-width="2" marker-end="url(#stages-head)"/>'
             )
     by = top + bh + 28
     how = (

@@ -16,8 +16,8 @@ thread that start it or wait for it.
 - `step_text(recording, i)` (pure, printable), `step_source(recording, i)` (the data) and
   `step_viewer(recording)` (a slider drawn in the browser by `helpers.viewers`, fed with
   `step_data`) show one step: dotted name, location, permalink and the first lines of its
-  installed source; the viewer also draws where the step sits in the compile pipeline
-  (`helpers.pictures.pipeline_svg`).
+  installed source; the viewer also draws where the step sits among the compile stages
+  (`helpers.pictures.compile_stages_svg`).
 - `RecordingBackend`: a `torch.compile` backend that keeps every FX `GraphModule` it receives;
   `op_counts` counts a graph's ops with `helpers.compile_tools.graph_ops`, named without memory
   addresses.
@@ -36,7 +36,7 @@ from types import CodeType, SimpleNamespace
 from typing import Any
 
 from helpers.compile_tools import graph_ops
-from helpers.pictures import pipeline_svg
+from helpers.pictures import compile_stages_svg
 from helpers.source import SourceView, package_root, permalink, source_view
 
 __all__ = [
@@ -406,8 +406,8 @@ def step_text(recording: Recording, i: int, lines: int = 15, numbered: bool = Tr
 def step_data(recording: Recording, i: int, lines: int = 15) -> dict[str, Any]:
     """What `step_viewer` shows at step `i`, as plain JSON: `index`, `name`, `url` (the
     permalink, "" without source), `head` (location and caller: `step_text`'s lines after the
-    name), `body` (the start of its source) and `svg` (`helpers.pictures.pipeline_svg` of its
-    call path)."""
+    name), `body` (the start of its source) and `svg` (`helpers.pictures.compile_stages_svg` of
+    its call path)."""
     step = _require_step(recording, i)
     view = step_source(recording, step.index, lines)
     head, _, body = step_text(recording, step.index, lines).partition("\n\n")
@@ -418,7 +418,7 @@ def step_data(recording: Recording, i: int, lines: int = 15) -> dict[str, Any]:
         "url": view.url if view else "",
         "head": head,
         "body": body,
-        "svg": pipeline_svg(recording.path_to(step.index)),
+        "svg": compile_stages_svg(recording.path_to(step.index)),
     }
 
 
@@ -427,15 +427,16 @@ def step_viewer(
 ) -> Any:
     """A slider over steps of the recording, drawn in the browser
     (`helpers.viewers.CallPathViewer`): each step's `step_data` (its `step_text` under the
-    pipeline diagram of `helpers.pictures.pipeline_svg`, its stage highlighted), computed here.
+    diagram of the compile stages, `helpers.pictures.compile_stages_svg`, its stage
+    highlighted), computed here.
 
     `steps`: the step indices the slider walks, in order (default: every step; a long recording
     is better cut, e.g. to the call paths of its landmarks: every step's data travels with the
     widget); `start` is a step index among them. It moves in JupyterLab and in the static book
     alike; its plain-text twin is `step_text` of `start`. DOM hooks for browser tests:
-    `.pipeline-step-view`, the slider `.pipeline-step-slider` (an `input[type=range]`, readout
-    `.pipeline-step-readout`); inside the view `svg.pipeline-svg[data-active-stage][data-step]`,
-    the `g.stage[data-active="true"]` box, `.pipeline-step-name` and `pre.pipeline-step-text`
+    `.callpath-step-view`, the slider `.callpath-step-slider` (an `input[type=range]`, readout
+    `.callpath-step-readout`); inside the view `svg.stages-svg[data-active-stage][data-step]`,
+    the `g.stage[data-active="true"]` box, `.callpath-step-name` and `pre.callpath-step-text`
     change with the slider.
     """
     from helpers.viewers import CallPathViewer

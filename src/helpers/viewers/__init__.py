@@ -8,7 +8,7 @@ package): `helpers.allreduce.ring_step_viewer`, `helpers.tracing.step_viewer`,
 `helpers.expert_parallel.exchange_step_viewer`. A viewer only
 replays data computed once in Python (every step's picture and text, as plain JSON in the
 widget's `steps` trait; the timeline viewer's one picture in `picture`); the slider, the picture
-and the text are drawn by one ES module per viewer (`ring.js`, `callpath.js`, `pipeline.js`,
+and the text are drawn by one ES module per viewer (`ring.js`, `callpath.js`, `timeline.js`,
 `ringattn.js`, `alltoall.js` next to this file), so the same widget moves in JupyterLab (the
 kernel only hears the `step` it is at) and in the static book, where the Jupyter widgets HTML
 manager renders it from its embedded state, with no kernel.
@@ -56,7 +56,7 @@ WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def esm_path(name: str) -> Path:
-    """The ES module file of a viewer (`ring`, `callpath`, `pipeline`, `ringattn`, `alltoall`)."""
+    """The ES module file of a viewer (`ring`, `callpath`, `timeline`, `ringattn`, `alltoall`)."""
     return HERE / f"{name}.js"
 
 
@@ -134,9 +134,9 @@ class CallPathViewer(StepViewer):
     """A recorded compile call path, step by step (`helpers.tracing.step_viewer`).
 
     `steps[i]`: `{"index", "name", "url", "head", "body", "svg"}`. DOM hooks:
-    `.pipeline-step-view`, its slider `.pipeline-step-slider` (`input[type=range]`, readout
-    `.pipeline-step-readout`), the picture `svg.pipeline-svg[data-active-stage][data-step]`, the
-    step's name `.pipeline-step-name` and text `pre.pipeline-step-text`.
+    `.callpath-step-view`, its slider `.callpath-step-slider` (`input[type=range]`, readout
+    `.callpath-step-readout`), the picture `svg.stages-svg[data-active-stage][data-step]`, the
+    step's name `.callpath-step-name` and text `pre.callpath-step-text`.
     """
 
     _esm = esm("callpath")
@@ -155,7 +155,7 @@ class TimelineViewer(StepViewer):
     `rect.slot-band` and boxes `g.action[data-active]`, the text `pre.timeline-step-text`.
     """
 
-    _esm = esm("pipeline")
+    _esm = esm("timeline")
     picture = traitlets.Unicode("").tag(sync=True)
 
 

@@ -1,25 +1,25 @@
 // The compile call-path viewer (helpers.viewers.CallPathViewer): a slider over recorded steps of
-// a torch.compile call; each step's pipeline picture (SVG text), name, permalink and source text
-// come from Python in the `steps` trait, so this module only shows them. It runs in JupyterLab
-// and in the static book (the widgets HTML manager) alike.
+// a torch.compile call; each step's picture of the compile stages (SVG text), name, permalink
+// and source text come from Python in the `steps` trait, so this module only shows them. It runs
+// in JupyterLab and in the static book (the widgets HTML manager) alike.
 
 function render({ model, el }) {
   const steps = model.get("steps");
   const root = document.createElement("div");
-  root.className = "pipeline-step-view";
+  root.className = "callpath-step-view";
 
   const { bar, range, readout } = stepBar({
-    model, prefix: "pipeline", aria: "call path step", count: steps.length,
+    model, prefix: "callpath", aria: "call path step", count: steps.length,
   }); // slider.js
 
   const body = document.createElement("div");
-  body.className = "pipeline-step";
+  body.className = "callpath-step";
   const picture = document.createElement("div");
   picture.style.overflowX = "auto";
   const title = document.createElement("div");
   const code = document.createElement("code");
   const strong = document.createElement("b");
-  strong.className = "pipeline-step-name";
+  strong.className = "callpath-step-name";
   strong.append(code);
   const link = document.createElement("a");
   link.target = "_blank";
@@ -27,9 +27,9 @@ function render({ model, el }) {
   link.textContent = "permalink";
   title.append(strong, " ", link);
   const text = document.createElement("pre");
-  text.className = "pipeline-step-text";
+  text.className = "callpath-step-text";
   const source = document.createElement("pre");
-  source.className = "pipeline-step-source";
+  source.className = "callpath-step-source";
   body.append(picture, title, text, source);
   root.append(bar, body);
   el.append(root);
@@ -40,7 +40,7 @@ function render({ model, el }) {
     range.value = String(i);
     readout.textContent = `${i + 1} of ${steps.length}`;
     body.dataset.step = String(shown.index);
-    picture.innerHTML = shown.svg; // our own SVG text (helpers.pictures.pipeline_svg)
+    picture.innerHTML = shown.svg; // our own SVG text (helpers.pictures.compile_stages_svg)
     code.textContent = shown.name;
     link.hidden = !shown.url;
     link.href = shown.url || "";
