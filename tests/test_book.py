@@ -11,15 +11,17 @@ target loads (HTTP 200) and is the same page in the other edition (a notebook: t
 same number), or that edition's landing page when it has no such page. Each landing page lists
 every notebook of its language, in reading order, and each edition's search page finds a notebook.
 
-The step viewers move in the static book, not only in Jupyter: on the pages of notebooks 05 (the
-ring), 01 (the call path), 16 (a pipeline schedule's timeline) and 17 (ring attention's schedule,
-and an expert-parallel step's all-to-all exchanges), in both editions, the widget renders from the
-state the page embeds, one ArrowRight on its slider moves it one step, and what it shows before and
-after is that step's recorded content (the steps embedded in the staged notebook, checked by
-tests/viewer_checks.py; the ring also gets the JupyterLab test's checks; the timeline's marked boxes
-are the actions its text lists; ring attention's boxes and arrows are the holders and sends its text
-lists, the all-to-all's flows the rows its text lists), with no console error and no request leaving
-127.0.0.1.
+The step viewers move in the static book, not only in Jupyter: on every page whose notebook
+displays one (`viewer_pages`, read off the stored notebooks: every viewer of the registry
+`helpers.viewers.VIEWER_CLASSES` is on one; today 05 the ring, 01 the call path, 16 a pipeline
+schedule's timeline, 17 ring attention's schedule and an expert-parallel step's all-to-all
+exchanges), in both editions, the widget renders from the state the page embeds, one ArrowRight
+on its slider moves it one step, and what it shows before and after is that step's recorded
+content (the steps embedded in the staged notebook, checked by tests/viewer_checks.py's
+`check_move`; the ring also gets the JupyterLab test's checks; the timeline's marked boxes are
+the actions its text lists; ring attention's boxes and arrows are the holders and sends its text
+lists, the all-to-all's flows the rows its text lists), with no console error and no request
+leaving 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -34,19 +36,7 @@ from urllib.parse import quote, urljoin, urlsplit
 import nbformat
 import pytest
 from static_site import HOST, http_status, serve, visit
-from viewer_checks import (
-    ALLTOALL_STATE,
-    CALLPATH_STATE,
-    RINGATTN_STATE,
-    TIMELINE_STATE,
-    VIEW_STATE,
-    check_alltoall_step,
-    check_callpath_step,
-    check_ring_steps,
-    check_ringattn_step,
-    check_timeline_step,
-    step_viewer,
-)
+from viewer_checks import STATES, check_move, step_viewer, stored_viewers, text_key
 
 from tools import book
 
@@ -114,15 +104,6 @@ ZH_IN_BROWSER = {
     "docs/compatibility.html",
 }
 ZH_NOTEBOOKS_IN_BROWSER = ("00_", "05_", "14_")
-# the step viewers that must move in the book: (notebook page, what its viewer shows,
-# the viewer's class as anywidget names it); a page may hold several viewers
-VIEWER_PAGES = [
-    ("05_allreduce_from_scratch", VIEW_STATE, "helpers.viewers.RingViewer"),
-    ("01_torch_compile_entry", CALLPATH_STATE, "helpers.viewers.CallPathViewer"),
-    ("16_pipeline_parallelism", TIMELINE_STATE, "helpers.viewers.TimelineViewer"),
-    ("17_context_and_expert_parallelism", RINGATTN_STATE, "helpers.viewers.RingAttentionViewer"),
-    ("17_context_and_expert_parallelism", ALLTOALL_STATE, "helpers.viewers.AllToAllViewer"),
-]
 
 
 class _PageReader(HTMLParser):
@@ -366,6 +347,28 @@ def test_search_finds_a_notebook(site, browser, lang: str) -> None:
         assert any(h.startswith(prefix + notebook) for h in hits), f"{query}: hits {hits[:10]}"
 
 
+def viewer_pages() -> list[tuple[str, type]]:
+    """The step viewers that must move in the book: (notebook page, viewer class) for each
+    viewer of the registry (`helpers.viewers.VIEWER_CLASSES`) that a stored notebook displays
+    (`viewer_checks.stored_viewers`); every viewer of the registry is displayed by one."""
+    from helpers.viewers import VIEWER_CLASSES
+
+    pages = list(dict.fromkeys((stem, cls) for stem, cls, _ in stored_viewers()))
+    shown = {cls for _, cls in pages}
+    missing = [cls.__name__ for cls in VIEWER_CLASSES if cls not in shown]
+    assert not missing, f"expected every step viewer to be displayed by a notebook: {missing}"
+    return pages
+
+
+def test_every_viewer_is_in_the_book() -> None:
+    """Without Sphinx: each viewer of the registry is displayed by a stored notebook (which the
+    book test then moves), and what the browser checks read of it is declared."""
+    from helpers.viewers import VIEWER_CLASSES
+
+    pages = viewer_pages()
+    assert {cls.name for _, cls in pages} == {cls.name for cls in VIEWER_CLASSES} == set(STATES)
+
+
 def _embedded_viewer(staged: Path, kind: str) -> tuple[list[dict], int]:
     """The `steps` and start `step` of the one step viewer of class `kind` (its anywidget id) a
     staged notebook embeds."""
@@ -389,41 +392,26 @@ def test_step_viewers_move_in_the_book(site, browser, lang: str) -> None:
         if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
             pytest.fail(f"{reason}; CI is set, so the book's viewers must move")
         pytest.skip(reason)
-    for stem, state, kind in VIEWER_PAGES:
+    for stem, viewer in viewer_pages():
         rel = f"notebooks/{stem}.html"
         url = urljoin(base, f"{folder}/{rel}" if folder else rel)
-        with visit(browser, url, ready=f"({state})().text !== null") as (page, record):
-            before, after = step_viewer(page, state)
+        ready = f"({STATES[viewer.name]})().text !== null"
+        with visit(browser, url, ready=ready) as (page, record):
+            before, after = step_viewer(page, viewer.name)
         assert not record.problems(), f"{lang} {rel}: {record.problems()}"
         staged = out.parent / "book-src" / lang / f"notebooks/{stem}.ipynb"
-        steps, start = _embedded_viewer(staged, kind)
+        steps, start = _embedded_viewer(staged, viewer.anywidget_id)
         if lang != "en":
             # the Chinese page shows the catalog's translation of the English steps; the checks
             # below read the English text (the picture's hooks are the same in both editions)
             english = out.parent / "book-src" / "en" / f"notebooks/{stem}.ipynb"
-            en_steps, en_start = _embedded_viewer(english, kind)
-            before, after = _as_english(before, after, steps, en_steps, state, start, lang)
+            en_steps, en_start = _embedded_viewer(english, viewer.anywidget_id)
+            before, after = _as_english(before, after, steps, en_steps, viewer.name, start, lang)
             steps, start = en_steps, en_start
-        if state == VIEW_STATE:
-            check_ring_steps(before, after)
-            shown = [before["text"], after["text"]]
-            expected = [steps[0]["text"], steps[1]["text"]]
-            assert shown == expected, f"{lang} ring viewer: expected {expected}, found {shown}"
-        elif state == CALLPATH_STATE:
-            check_callpath_step(before, steps[start], start, len(steps))
-            check_callpath_step(after, steps[start + 1], start + 1, len(steps))
-        elif state == TIMELINE_STATE:
-            check_timeline_step(before, steps[start], start, len(steps))
-            check_timeline_step(after, steps[start + 1], start + 1, len(steps))
-        elif state == RINGATTN_STATE:
-            check_ringattn_step(before, steps[start], start)
-            check_ringattn_step(after, steps[start + 1], start + 1)
-        else:
-            check_alltoall_step(before, steps[start], start, len(steps))
-            check_alltoall_step(after, steps[start + 1], start + 1, len(steps))
+        check_move(viewer.name, before, after, steps, start)
 
 
-def _as_english(before, after, steps, en_steps, state, start, lang):
+def _as_english(before, after, steps, en_steps, name, start, lang):
     """What the viewer showed, with its Chinese text checked against the staged (translated)
     step and replaced by the English step's text, which the shared checks parse."""
     from tools import zh
@@ -432,10 +420,9 @@ def _as_english(before, after, steps, en_steps, state, start, lang):
         steps
         == zh.ViewerCatalog().state({"m": {"state": {"steps": en_steps}}})["m"]["state"]["steps"]
     ), f"{lang}: the staged steps are not the catalog's translation of the English ones"
-    key = "head" if state == CALLPATH_STATE else "text"
-    first = 0 if state == VIEW_STATE else start
+    key = text_key(name)
     shown = []
-    for view, i in ((before, first), (after, first + 1)):
+    for view, i in ((before, start), (after, start + 1)):
         assert view["text"] == steps[i][key], (
             f"{lang} viewer at step {i}: expected the translated text {steps[i][key]!r}, "
             f"found {view['text']!r}"

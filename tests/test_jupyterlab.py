@@ -42,7 +42,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from viewer_checks import VIEW_STATE, check_ring_steps, step_viewer
+from viewer_checks import SLIDERS, check_ring_steps, step_viewer
 
 from helpers.processes import alive, free_port, wait_gone
 
@@ -250,7 +250,7 @@ VIEWER_STATE = """() => {
   for (const out of document.querySelectorAll('.jp-OutputArea-output')) {
     if (out.getAttribute('data-mime-type') === 'application/vnd.jupyter.stderr')
       return 'error: ' + out.innerText;
-    if (out.querySelector('.ring-step-slider input[type=range]')) return 'slider';
+    if (out.querySelector(RING_SLIDER)) return 'slider';
     const text = out.innerText;
     // no widget manager: the display's text/plain (the viewer's step 0 as text)
     if (text.startsWith('step 0 of') || text.includes('Loading widget')) return text;
@@ -260,7 +260,7 @@ VIEWER_STATE = """() => {
   const status = kernel && kernel.getAttribute('data-status');
   if (status === 'dead' || status === 'terminating') return 'error: the kernel is ' + status;
   return null;
-}"""
+}""".replace("RING_SLIDER", json.dumps(SLIDERS["ring"]))  # the ring viewer's range input
 
 # the kernel of the visible notebook: its status and each code cell's prompt ("[ ]:", "[*]:",
 # "[3]:"), for a failure message that says how far the run got
@@ -285,7 +285,7 @@ def _click(locator, what: str) -> None:
 def run_ring_viewer(page) -> tuple[dict, dict]:
     """Open the cut notebook 05, run all cells, move the slider one step.
 
-    Returns what the viewer shows (`VIEW_STATE`) before and after the move.
+    Returns what the viewer shows (`viewer_checks.STATES["ring"]`) before and after the move.
     """
     # from the file browser, as a reader would (no page reload: the app is already loaded)
     name = "05_ring_viewer.ipynb"
@@ -325,7 +325,7 @@ def run_ring_viewer(page) -> tuple[dict, dict]:
             "`jupyter labextension list` shows it); the viewer's output shows "
             f"{shown[:80]!r}"
         )
-    return step_viewer(page, VIEW_STATE, PAGE_TIMEOUT_S)
+    return step_viewer(page, "ring", PAGE_TIMEOUT_S)
 
 
 def test_lab_landing_and_ring_viewer(browser, tmp_path: Path) -> None:

@@ -1,113 +1,128 @@
 """The step viewers' browser checks, shared by the JupyterLab test (tests/test_jupyterlab.py)
-and the book test (tests/test_book.py): what a viewer shows (read through the DOM hooks that
-`helpers.allreduce.ring_step_viewer`, `helpers.tracing.step_viewer`,
-`helpers.pipeline_parallel.timeline_step_viewer`,
-`helpers.context_parallel.ring_attention_step_viewer` and
-`helpers.expert_parallel.exchange_step_viewer` document), how a reader moves its slider (focus,
-one ArrowRight), and what must hold before and after the move."""
+and the book test (tests/test_book.py), for every viewer of `helpers.viewers.VIEWER_CLASSES`,
+by its `name`: what it shows (`STATES`, read through the DOM hooks its class declares), how a
+reader moves its slider (`step_viewer`: focus, one ArrowRight), and what must hold before and
+after the move (`check_move`). A viewer added to the registry without them fails at import."""
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+from pathlib import Path
+
+from helpers.viewers import STATE_MIME, VIEWER_CLASSES, VIEWERS
 
 VIEW_TIMEOUT_S = 60.0  # for a view to redraw, on a loaded 2-core machine
 
-# the ring viewer (notebook 05)
-VIEW_STATE = """() => {
-  const view = document.querySelector('.ring-step-view');
-  const svg = view && view.querySelector('svg.ring-svg');
-  const text = view && view.querySelector('.ring-step-text');
-  return {
-    readout: view?.querySelector('.ring-step-slider .ring-step-readout')?.innerText ?? null,
-    text: text ? text.innerText : null,
-    svg_step: svg ? svg.getAttribute('data-step') : null,
-    transfers: svg ? Array.from(svg.querySelectorAll('g.transfer'), g =>
-      `r${g.dataset.from} -c${g.dataset.chunk}-> r${g.dataset.to}`) : null,
-  };
-}"""
+# each viewer's DOM hooks (role -> CSS selector), as the viewer classes declare them
+HOOKS = {cls.name: cls.hooks for cls in VIEWER_CLASSES}
 
-# the call-path viewer (notebook 01)
-CALLPATH_STATE = """() => {
-  const view = document.querySelector('.callpath-step-view');
-  const svg = view && view.querySelector('svg.stages-svg');
-  const active = svg && svg.querySelector('g.stage[data-active="true"]');
-  return {
-    readout: view?.querySelector('.callpath-step-slider .callpath-step-readout')?.innerText ?? null,
-    name: view?.querySelector('.callpath-step-name')?.innerText ?? null,
-    text: view?.querySelector('.callpath-step-text')?.innerText ?? null,
+# What each viewer shows, read in the browser through its hooks: a JS function of no argument
+# returning the view's readout and text and `svg`, the viewer's picture, plus the fields below;
+# in a field, HOOK(role) is the viewer's selector for `role`, as a JS string.
+_FIELDS = {
+    # the ring viewer (notebook 05)
+    "ring": """
+    svg_step: svg ? svg.getAttribute('data-step') : null,
+    transfers: svg ? Array.from(svg.querySelectorAll(HOOK(transfer)), g =>
+      `r${g.dataset.from} -c${g.dataset.chunk}-> r${g.dataset.to}`) : null,""",
+    # the call-path viewer (notebook 01)
+    "callpath": """
+    name: view?.querySelector(HOOK(name))?.innerText ?? null,
     svg_step: svg ? svg.getAttribute('data-step') : null,
     svg_stage: svg ? svg.getAttribute('data-active-stage') : null,
-    active_box: active ? active.dataset.stage : null,
-  };
-}"""
-
-# the pipeline timeline viewer (notebook 16)
-TIMELINE_STATE = """() => {
-  const view = document.querySelector('.timeline-step-view');
-  const svg = view && view.querySelector('svg.timeline-svg');
-  const band = svg && svg.querySelector('rect.slot-band');
-  return {
-    readout: view?.querySelector('.timeline-step-slider .timeline-step-readout')?.innerText ?? null,
-    text: view?.querySelector('.timeline-step-text')?.innerText ?? null,
+    active_box: (svg && svg.querySelector(HOOK(stage) + '[data-active="true"]'))?.dataset.stage
+      ?? null,""",
+    # the pipeline timeline viewer (notebook 16)
+    "timeline": """
     svg_slot: svg ? svg.getAttribute('data-slot') : null,
-    band_x: band ? band.getAttribute('x') : null,
-    active: svg ? Array.from(svg.querySelectorAll('g.action'), (g, k) =>
+    band_x: svg?.querySelector(HOOK(band))?.getAttribute('x') ?? null,
+    active: svg ? Array.from(svg.querySelectorAll(HOOK(action)), (g, k) =>
       g.dataset.active === 'true' ? k : null).filter(k => k !== null) : null,
-    active_boxes: svg ? Array.from(svg.querySelectorAll('g.action[data-active="true"]'), g =>
-      `rank ${g.dataset.rank}: ${g.dataset.kind}${g.dataset.mb}`) : null,
-  };
-}"""
-
-# the ring attention viewer (notebook 17, section 3)
-RINGATTN_STATE = """() => {
-  const view = document.querySelector('.ringattn-step-view');
-  const svg = view && view.querySelector('svg.ringattn-svg');
-  return {
-    readout: view?.querySelector('.ringattn-step-slider .ringattn-step-readout')?.innerText ?? null,
-    text: view?.querySelector('.ringattn-step-text')?.innerText ?? null,
+    active_boxes: svg ? Array.from(svg.querySelectorAll(HOOK(action) + '[data-active="true"]'),
+      g => `rank ${g.dataset.rank}: ${g.dataset.kind}${g.dataset.mb}`) : null,""",
+    # the ring attention viewer (notebook 17, section 3)
+    "ringattn": """
     svg_step: svg ? svg.getAttribute('data-step') : null,
-    holds: svg ? Array.from(svg.querySelectorAll('g.rank'), g =>
+    holds: svg ? Array.from(svg.querySelectorAll(HOOK(rank)), g =>
       `rank ${g.dataset.rank} holds ${g.dataset.owner}`) : null,
-    shifts: svg ? Array.from(svg.querySelectorAll('g.shift'), g =>
+    shifts: svg ? Array.from(svg.querySelectorAll(HOOK(shift)), g =>
       `${g.dataset.from} -> ${g.dataset.to}`) : null,
-    pairs: svg ? Array.from(svg.querySelectorAll('rect.pair'), r =>
-      `${r.dataset.state} q${r.dataset.q} k${r.dataset.k}`) : null,
-  };
-}"""
-
-# the all-to-all viewer (notebook 17, section 7)
-ALLTOALL_STATE = """() => {
-  const view = document.querySelector('.alltoall-step-view');
-  const svg = view && view.querySelector('svg.alltoall-svg');
-  return {
-    readout: view?.querySelector('.alltoall-step-slider .alltoall-step-readout')?.innerText ?? null,
-    text: view?.querySelector('.alltoall-step-text')?.innerText ?? null,
+    pairs: svg ? Array.from(svg.querySelectorAll(HOOK(pair)), r =>
+      `${r.dataset.state} q${r.dataset.q} k${r.dataset.k}`) : null,""",
+    # the all-to-all viewer (notebook 17, section 7)
+    "alltoall": """
     svg_step: svg ? svg.getAttribute('data-step') : null,
     svg_what: svg ? svg.getAttribute('data-what') : null,
-    flows: svg ? Array.from(svg.querySelectorAll('g.flow'), g =>
+    flows: svg ? Array.from(svg.querySelectorAll(HOOK(flow)), g =>
       `${g.dataset.from} -> ${g.dataset.to}: ${g.dataset.rows}`) : null,
-    experts: svg ? Array.from(svg.querySelectorAll('g.expert'), g =>
-      `expert ${g.dataset.expert}: ${g.dataset.rows}`) : null,
-  };
-}"""
-
-SLIDERS = {
-    VIEW_STATE: ".ring-step-view .ring-step-slider input[type=range]",
-    CALLPATH_STATE: ".callpath-step-view .callpath-step-slider input[type=range]",
-    TIMELINE_STATE: ".timeline-step-view .timeline-step-slider input[type=range]",
-    RINGATTN_STATE: ".ringattn-step-view .ringattn-step-slider input[type=range]",
-    ALLTOALL_STATE: ".alltoall-step-view .alltoall-step-slider input[type=range]",
+    experts: svg ? Array.from(svg.querySelectorAll(HOOK(expert)), g =>
+      `expert ${g.dataset.expert}: ${g.dataset.rows}`) : null,""",
 }
+if set(_FIELDS) != set(HOOKS):
+    raise RuntimeError(
+        f"tests/viewer_checks.py: expected what to read of each viewer of helpers.viewers "
+        f"{sorted(HOOKS)}, found it for {sorted(_FIELDS)}"
+    )
 
 
-def step_viewer(page, state: str = VIEW_STATE, timeout_s: float = VIEW_TIMEOUT_S):
-    """Move a viewer's slider one step with the keyboard, as a reader would; returns `state`
-    (one of SLIDERS' keys) before and after. Raises AssertionError when
+def _state(name: str) -> str:
+    hooks = HOOKS[name]
+    hook = lambda role: json.dumps(hooks[role])  # noqa: E731
+    fields = re.sub(r"HOOK\((\w+)\)", lambda m: hook(m.group(1)), _FIELDS[name])
+    return f"""() => {{
+  const view = document.querySelector({hook("view")});
+  const svg = view && view.querySelector({hook("picture")});
+  return {{
+    readout: view?.querySelector({hook("readout")})?.innerText ?? null,
+    text: view?.querySelector({hook("text")})?.innerText ?? null,{fields}
+  }};
+}}"""
+
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@functools.cache
+def stored_viewers() -> tuple[tuple[str, type, dict], ...]:
+    """(notebook stem, viewer class, its widget state) for each step viewer that a stored
+    notebook of notebooks/ displays (the state its display carries for the book), in order."""
+    found = []
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            for output in cell.get("outputs", []):
+                carried = output.get("data", {}).get(STATE_MIME, {}).get("state", {})
+                for model_id, model in carried.items():
+                    kind = model["state"].get("_anywidget_id")
+                    if kind is None:
+                        continue  # its layout
+                    if kind not in VIEWERS:
+                        raise ValueError(f"{path.name}: widget {model_id}: unknown viewer {kind}")
+                    found.append((path.stem, VIEWERS[kind], model["state"]))
+    return tuple(found)
+
+
+# viewer name -> what it shows (a JS function for `page.evaluate`)
+STATES = {name: _state(name) for name in HOOKS}
+# viewer name -> the range input a reader moves
+SLIDERS = {name: f"{hooks['view']} {hooks['slider']}" for name, hooks in HOOKS.items()}
+
+
+def text_key(name: str) -> str:
+    """The key of a step (in the viewer's `steps`) whose text the view's text hook shows."""
+    return "head" if name == "callpath" else "text"
+
+
+def step_viewer(page, name: str, timeout_s: float = VIEW_TIMEOUT_S):
+    """Move the slider of the viewer called `name` one step with the keyboard, as a reader
+    would; returns what it shows (`STATES[name]`) before and after. Raises AssertionError when
     the view does not redraw."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    state = STATES[name]
     before = page.evaluate(state)
-    page.locator(SLIDERS[state]).focus()
+    page.locator(SLIDERS[name]).focus()
     page.keyboard.press("ArrowRight")
     try:
         page.wait_for_function(
@@ -119,7 +134,7 @@ def step_viewer(page, state: str = VIEW_STATE, timeout_s: float = VIEW_TIMEOUT_S
         raise AssertionError(
             f"the slider moved (readout {before['readout']!r} -> "
             f"{page.evaluate(state)['readout']!r}) but the viewer's content did not change: "
-            "its view (src/helpers/viewers/*.js) did not redraw"
+            f"its view (src/helpers/viewers/{name}.js) did not redraw"
         ) from None
     return before, page.evaluate(state)
 
@@ -260,3 +275,41 @@ def check_alltoall_step(shown: dict, expected: dict, position: int, count: int) 
         f"all-to-all viewer at {position}: expected the flows the text lists {listed}, found "
         f"{shown['flows']}"
     )
+
+
+def _ring_move(before: dict, after: dict, steps: list[dict], start: int) -> None:
+    check_ring_steps(before, after)
+    shown = [before["text"], after["text"]]
+    expected = [steps[start]["text"], steps[start + 1]["text"]]
+    assert shown == expected, f"ring viewer: expected {expected}, found {shown}"
+
+
+def _each_step(check):
+    """A move check from a check of one step, `check(shown, expected, position, count)`."""
+
+    def move(before: dict, after: dict, steps: list[dict], start: int) -> None:
+        for position, shown in ((start, before), (start + 1, after)):
+            check(shown, steps[position], position, len(steps))
+
+    return move
+
+
+# viewer name -> what must hold of what it showed at `start` and, after one move, at `start + 1`
+MOVE_CHECKS = {
+    "ring": _ring_move,
+    "callpath": _each_step(check_callpath_step),
+    "timeline": _each_step(check_timeline_step),
+    "ringattn": _each_step(lambda shown, step, at, _count: check_ringattn_step(shown, step, at)),
+    "alltoall": _each_step(check_alltoall_step),
+}
+if set(MOVE_CHECKS) != set(HOOKS):
+    raise RuntimeError(
+        f"tests/viewer_checks.py: expected a move check for each viewer {sorted(HOOKS)}, found "
+        f"{sorted(MOVE_CHECKS)}"
+    )
+
+
+def check_move(name: str, before: dict, after: dict, steps: list[dict], start: int) -> None:
+    """The viewer called `name`, whose recorded `steps` it starts at `start`, showed step
+    `start` (`before`), then, after one move, step `start + 1` (`after`)."""
+    MOVE_CHECKS[name](before, after, steps, start)

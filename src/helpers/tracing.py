@@ -433,11 +433,8 @@ def step_viewer(
     `steps`: the step indices the slider walks, in order (default: every step; a long recording
     is better cut, e.g. to the call paths of its landmarks: every step's data travels with the
     widget); `start` is a step index among them. It moves in JupyterLab and in the static book
-    alike; its plain-text twin is `step_text` of `start`. DOM hooks for browser tests:
-    `.callpath-step-view`, the slider `.callpath-step-slider` (an `input[type=range]`, readout
-    `.callpath-step-readout`); inside the view `svg.stages-svg[data-active-stage][data-step]`,
-    the `g.stage[data-active="true"]` box, `.callpath-step-name` and `pre.callpath-step-text`
-    change with the slider.
+    alike; its plain-text twin is `step_text` of `start`. Its DOM hooks for browser tests:
+    `CallPathViewer.hooks`.
     """
     from helpers.viewers import CallPathViewer
 

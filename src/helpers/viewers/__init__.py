@@ -8,10 +8,17 @@ package): `helpers.allreduce.ring_step_viewer`, `helpers.tracing.step_viewer`,
 `helpers.expert_parallel.exchange_step_viewer`. A viewer only
 replays data computed once in Python (every step's picture and text, as plain JSON in the
 widget's `steps` trait; the timeline viewer's one picture in `picture`); the slider, the picture
-and the text are drawn by one ES module per viewer (`ring.js`, `callpath.js`, `timeline.js`,
-`ringattn.js`, `alltoall.js` next to this file), so the same widget moves in JupyterLab (the
+and the text are drawn by one ES module per viewer, so the same widget moves in JupyterLab (the
 kernel only hears the `step` it is at) and in the static book, where the Jupyter widgets HTML
 manager renders it from its embedded state, with no kernel.
+
+One registry: `VIEWER_CLASSES`, from which `VIEWERS` and `__all__` are read. Each viewer class
+declares once its `name`, which is its ES module's file (`<name>.js` next to this file) and the
+prefix of the class names that module gives its elements (`.<name>-step-view`, ...), and its DOM
+hooks (`hooks`: role -> CSS selector; the roles every viewer has, `common_hooks`, are filled in
+from the name), which the browser tests read (tests/viewer_checks.py builds its selectors from
+them; tests/test_viewers.py checks that each hook is drawn, by the module or by the SVG the
+viewer's Python builder returns).
 
 Deterministic outputs: a widget's model id (and its layout's) is a hash of its class and data
 instead of a random uuid (a second live widget with the same data gets `-2`, `-3`, ...), and
@@ -28,25 +35,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anywidget
 import ipywidgets
 import traitlets
 from ipywidgets.embed import dependency_state
-
-__all__ = [
-    "STATE_MIME",
-    "AllToAllViewer",
-    "CallPathViewer",
-    "RingAttentionViewer",
-    "RingViewer",
-    "StepViewer",
-    "TimelineViewer",
-    "esm",
-    "esm_path",
-    "with_modules",
-]
 
 HERE = Path(__file__).resolve().parent
 # the widget state a viewer's display carries for the book (tools/book.py moves it into the
@@ -56,7 +50,7 @@ WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def esm_path(name: str) -> Path:
-    """The ES module file of a viewer (`ring`, `callpath`, `timeline`, `ringattn`, `alltoall`)."""
+    """The ES module file of the viewer called `name` (a `StepViewer.name`)."""
     return HERE / f"{name}.js"
 
 
@@ -77,14 +71,51 @@ def _unique_id(base: str) -> str:
     return model_id
 
 
+def common_hooks(name: str) -> dict[str, str]:
+    """The DOM hooks every viewer called `name` has (its ES module draws them, slider.js's
+    `stepBar` the slider and its readout): the view, the slider's range input, the readout, and
+    the text."""
+    return {
+        "view": f".{name}-step-view",
+        "slider": f".{name}-step-slider input[type=range]",
+        "readout": f".{name}-step-readout",
+        "text": f"pre.{name}-step-text",
+    }
+
+
 class StepViewer(anywidget.AnyWidget):
-    """A slider over recorded steps; `steps[i]` is step i's data (what the ES module draws)."""
+    """A slider over recorded steps; `steps[i]` is step i's data (what the ES module draws).
+
+    A viewer class declares `name` (its ES module `<name>.js`, the prefix of its CSS class
+    names) and `hooks`, its own DOM hooks (role -> CSS selector; at least its `picture`);
+    declaring the class fills in `hooks` with `common_hooks(name)`, `_esm` (the module's text)
+    and `anywidget_id` (the `_anywidget_id` of its widget state).
+    """
+
+    name: ClassVar[str] = ""
+    hooks: ClassVar[dict[str, str]] = {}
+    anywidget_id: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name and "name" not in cls.__dict__:
+            return  # a viewer's subclass (traitlets' add_traits makes one per widget): as it is
+        if not cls.name:
+            raise TypeError(f"{cls.__name__}: a step viewer declares its `name`")
+        own = cls.__dict__.get("hooks", {})
+        if "picture" not in own or set(own) & set(common_hooks(cls.name)):
+            raise TypeError(f"{cls.__name__}: `hooks` declares its picture, not the common hooks")
+        cls.hooks = {**common_hooks(cls.name), **own}
+        cls._esm = esm(cls.name)
+        cls.anywidget_id = f"{cls.__module__}.{cls.__name__}"  # as anywidget names it
 
     steps = traitlets.List(traitlets.Dict()).tag(sync=True)
     step = traitlets.Int(0).tag(sync=True)  # the slider's position in `steps`
     label = traitlets.Unicode("step").tag(sync=True)
 
     def __init__(self, steps: list[dict[str, Any]], start: int = 0, text: str = "", **kwargs):
+        if not type(self).name:
+            raise TypeError("StepViewer is the viewers' base: make one of VIEWER_CLASSES")
         if not steps:
             raise ValueError(f"{type(self).__name__} needs at least one step")
         if not 0 <= start < len(steps):
@@ -122,24 +153,30 @@ class StepViewer(anywidget.AnyWidget):
 class RingViewer(StepViewer):
     """The ring all-reduce, step by step (`helpers.allreduce.ring_step_viewer`).
 
-    `steps[i]`: `{"step": i, "svg": ring_svg(...), "text": ring_step_text(...)}`. DOM hooks:
-    `.ring-step-view`, its slider `.ring-step-slider` (`input[type=range]`, readout
-    `.ring-step-readout`), the picture `svg.ring-svg[data-step]`, the text `pre.ring-step-text`.
+    `steps[i]`: `{"step": i, "svg": ring_svg(...), "text": ring_step_text(...)}`.
     """
 
-    _esm = esm("ring")
+    name = "ring"
+    hooks = {
+        "picture": "svg.ring-svg[data-step]",  # helpers.pictures.ring_svg
+        "transfer": "g.transfer[data-from][data-to][data-chunk]",
+    }
 
 
 class CallPathViewer(StepViewer):
     """A recorded compile call path, step by step (`helpers.tracing.step_viewer`).
 
-    `steps[i]`: `{"index", "name", "url", "head", "body", "svg"}`. DOM hooks:
-    `.callpath-step-view`, its slider `.callpath-step-slider` (`input[type=range]`, readout
-    `.callpath-step-readout`), the picture `svg.stages-svg[data-active-stage][data-step]`, the
-    step's name `.callpath-step-name` and text `pre.callpath-step-text`.
+    `steps[i]`: `{"index", "name", "url", "head", "body", "svg"}`: the step's `head` is its
+    text, its `body` the start of its source.
     """
 
-    _esm = esm("callpath")
+    name = "callpath"
+    hooks = {
+        "picture": "svg.stages-svg[data-active-stage][data-step]",  # pictures.compile_stages_svg
+        "stage": "g.stage[data-stage][data-active]",
+        "name": "b.callpath-step-name",
+        "source": "pre.callpath-step-source",
+    }
 
 
 class TimelineViewer(StepViewer):
@@ -148,14 +185,16 @@ class TimelineViewer(StepViewer):
 
     `picture`: the timeline (`timeline_svg(..., slot=0)`), drawn once; `steps[i]`:
     `{"slot": i, "x", "active", "text"}`, the band's x, the indices (in drawing order) of the
-    `g.action` boxes running in the slot and what each rank runs. The steps' text names the
+    `action` boxes running in the slot and what each rank runs. The steps' text names the
     schedule and every action, so they determine the picture (and the model id, a hash of them).
-    DOM hooks: `.timeline-step-view`, its slider `.timeline-step-slider` (`input[type=range]`,
-    readout `.timeline-step-readout`), the picture `svg.timeline-svg[data-slot]` with its band
-    `rect.slot-band` and boxes `g.action[data-active]`, the text `pre.timeline-step-text`.
     """
 
-    _esm = esm("timeline")
+    name = "timeline"
+    hooks = {
+        "picture": "svg.timeline-svg[data-slot]",  # helpers.pipeline_parallel.timeline_svg
+        "band": "rect.slot-band",
+        "action": "g.action[data-rank][data-kind][data-mb][data-active]",
+    }
     picture = traitlets.Unicode("").tag(sync=True)
 
 
@@ -163,14 +202,17 @@ class RingAttentionViewer(StepViewer):
     """Ring attention's schedule, step by step
     (`helpers.context_parallel.ring_attention_step_viewer`).
 
-    `steps[s]`: `{"step": s, "plan": ring_attention_plan(...)[s], "svg", "text"}`. DOM hooks:
-    `.ringattn-step-view`, its slider `.ringattn-step-slider` (`input[type=range]`, readout
-    `.ringattn-step-readout`), the picture `svg.ringattn-svg[data-step]` with one
-    `g.rank[data-rank][data-owner]` per rank and one `g.shift[data-from][data-to]` per send, the
-    text `pre.ringattn-step-text`.
+    `steps[s]`: `{"step": s, "plan": ring_schedule(...)[s], "svg", "text"}`: one `rank` box per
+    rank, one `shift` arrow per send and the grid of (queries x keys) `pair` cells.
     """
 
-    _esm = esm("ringattn")
+    name = "ringattn"
+    hooks = {
+        "picture": "svg.ringattn-svg[data-step]",  # helpers.context_parallel.ring_attention_svg
+        "rank": "g.rank[data-rank][data-owner]",
+        "shift": "g.shift[data-from][data-to]",
+        "pair": "rect.pair[data-q][data-k][data-state]",
+    }
 
 
 class AllToAllViewer(StepViewer):
@@ -178,20 +220,41 @@ class AllToAllViewer(StepViewer):
     (`helpers.expert_parallel.exchange_step_viewer`).
 
     `steps[i]`: `{"index": i, "what", "phase", "rows", "bytes", "svg", "text"}` (the counts add
-    "values", the experts' step "experts" and "sources" instead of "bytes"). DOM hooks:
-    `.alltoall-step-view`, its slider `.alltoall-step-slider` (`input[type=range]`, readout
-    `.alltoall-step-readout`), the picture `svg.alltoall-svg[data-step][data-what]` with one
-    `g.flow[data-from][data-to][data-rows]` per non-empty flow between ranks and one
-    `g.expert[data-expert][data-rows]` per expert, the text `pre.alltoall-step-text`.
+    "values", the experts' step "experts" and "sources" instead of "bytes"): one `flow` per
+    non-empty flow between ranks, or, for the experts' step, one `expert` bar per expert.
     """
 
-    _esm = esm("alltoall")
+    name = "alltoall"
+    hooks = {
+        "picture": "svg.alltoall-svg[data-step][data-what]",  # expert_parallel.exchange_svg
+        "flow": "g.flow[data-from][data-to][data-rows]",
+        "expert": "g.expert[data-expert][data-rows]",
+    }
 
 
-VIEWERS = {
-    f"{cls.__module__}.{cls.__name__}": cls
-    for cls in (RingViewer, CallPathViewer, TimelineViewer, RingAttentionViewer, AllToAllViewer)
-}
+#: The viewers, in the order of the course; `VIEWERS` and `__all__` are read off it.
+VIEWER_CLASSES: tuple[type[StepViewer], ...] = (
+    RingViewer,
+    CallPathViewer,
+    TimelineViewer,
+    RingAttentionViewer,
+    AllToAllViewer,
+)
+#: anywidget's id of each viewer (`_anywidget_id` in its widget state) -> its class
+VIEWERS: dict[str, type[StepViewer]] = {cls.anywidget_id: cls for cls in VIEWER_CLASSES}
+
+__all__ = [
+    "STATE_MIME",
+    "StepViewer",
+    "VIEWER_CLASSES",
+    "VIEWERS",
+    "WIDGET_VIEW_MIME",
+    "common_hooks",
+    "esm",
+    "esm_path",
+    "with_modules",
+    *(cls.__name__ for cls in VIEWER_CLASSES),
+]
 
 
 def with_modules(state: dict[str, Any]) -> dict[str, Any]:
