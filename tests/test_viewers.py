@@ -427,7 +427,7 @@ def test_exchange_viewer_replays_the_log() -> None:
 
 
 def _ringattn_shown(step: dict, position: int) -> dict:
-    """What tests/viewer_checks.py's RINGATTN_STATE reads in the browser, read from the SVG text."""
+    """What viewer_checks.STATES["ringattn"] reads in the browser, read from the SVG text."""
     svg = step["svg"]
     rank = r'<g class="rank" data-rank="(\d+)" data-owner="(\d+)"'
     pair = r'<rect class="pair" data-q="(\d+)" data-k="(\d+)" data-state="([^"]+)"'
