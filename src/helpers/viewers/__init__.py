@@ -202,8 +202,8 @@ class RingAttentionViewer(StepViewer):
     """Ring attention's schedule, step by step
     (`helpers.context_parallel.ring_attention_step_viewer`).
 
-    `steps[s]`: `{"step": s, "plan": ring_schedule(...)[s], "svg", "text"}`: one `rank` box per
-    rank, one `shift` arrow per send and the grid of (queries x keys) `pair` cells.
+    `steps[s]`: `{"step": s, "plan": ring_attention_plan(...)[s], "svg", "text"}`: one `rank`
+    box per rank, one `shift` arrow per send and the grid of (queries x keys) `pair` cells.
     """
 
     name = "ringattn"
