@@ -8,9 +8,12 @@
   when it says "all notebooks"/"every notebook" and names none. A module reached only through
   another helper (the viewers through the lessons' entry points) names that helper, not the
   notebooks: the map counts what a notebook's own code cells name;
-- `helpers/__init__.py` lists every module;
+- `helpers/__init__.py` lists every module (a topic package once, for its lesson and harness);
 - the layering: lessons and harness never import the exercises, and import the step viewers
-  only inside the entry points written down in `VIEWER_ENTRY_POINTS`.
+  only inside the entry points written down in `VIEWER_ENTRY_POINTS`;
+- the topic packages (`helpers/<topic>/`): the lesson imports nothing of its harness, every
+  top-level definition of a lesson is shown by a notebook or reached from one that is through the
+  lesson's own definitions, and every definition a notebook shows lives in a lesson.
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ HELPERS = ROOT / "src" / "helpers"
 # these five are every import of helpers.viewers outside the package, and nothing outside
 # helpers.exercises imports helpers.exercises.
 VIEWER_ENTRY_POINTS = {
-    ("helpers.allreduce", "ring_step_viewer"),
-    ("helpers.context_parallel", "ring_attention_step_viewer"),
-    ("helpers.expert_parallel", "exchange_step_viewer"),
-    ("helpers.pipeline_parallel", "timeline_step_viewer"),
+    ("helpers.allreduce.harness", "ring_step_viewer"),
+    ("helpers.context_parallel.harness", "ring_attention_step_viewer"),
+    ("helpers.expert_parallel.harness", "exchange_step_viewer"),
+    ("helpers.pipeline_parallel.harness", "timeline_step_viewer"),
     ("helpers.tracing", "step_viewer"),
 }
 GUARDED = ("helpers.exercises", "helpers.viewers")
@@ -77,13 +80,14 @@ def test_refs_resolve_aliases_and_split_shown_from_used():
             "helpers.notebook.setup_notebook()\n"
         )
     )
-    assert refs.shown == {("helpers.allreduce", "ring_allreduce")}, (
+    # through the topic package's re-export, to the lesson module that defines it
+    assert refs.shown == {("helpers.allreduce.lesson", "ring_allreduce")}, (
         f"show_source's first argument must be shown, found {refs.shown}"
     )
     expected = {
         ("helpers.source", "show_source"),
         ("helpers.launch", "launch"),
-        ("helpers.allreduce", "naive_allreduce"),
+        ("helpers.allreduce.lesson", "naive_allreduce"),
         ("helpers.notebook", "setup_notebook"),
     }
     assert refs.used == expected, f"used: expected {expected}, found {refs.used}"
@@ -146,7 +150,12 @@ def test_used_by_lines_agree_with_the_map(cmap):
 def test_package_docstring_lists_every_module(cmap):
     doc = ast.get_docstring(cmap.modules["helpers"].tree) or ""
     listed = set(re.findall(r"^\s{4}([\w.]+)\s{2,}", doc, re.M))
-    expected = {m.removeprefix("helpers.") for m in cmap.mapped() if m != "helpers"}
+    # a topic package's lesson and harness are covered by the package's line
+    expected = {
+        m.removeprefix("helpers.")
+        for m in cmap.mapped()
+        if m != "helpers" and m.rpartition(".")[2] not in code_map.TOPIC_PARTS
+    }
     assert listed == expected, (
         f"helpers/__init__.py should list every module: missing {sorted(expected - listed)},"
         f" listed but absent {sorted(listed - expected)}"
@@ -237,3 +246,90 @@ def test_viewers_import_no_other_helpers(cmap):
         or (isinstance(n, ast.Import) and any(a.name.startswith("helpers") for a in n.names))
     )
     assert not found, f"helpers.viewers should be a leaf (it replays data), found imports {found}"
+
+
+# ---- the topic packages: the lesson apart from its harness -------------------------------------
+def lessons(cmap) -> list[str]:
+    return sorted(m for m in cmap.mapped() if m.endswith(".lesson"))
+
+
+def test_topic_packages_have_lessons(cmap):
+    found = {m.removesuffix(".lesson") for m in lessons(cmap)}
+    expected = {
+        "helpers.allreduce", "helpers.ddp", "helpers.syncbn", "helpers.sharded",
+        "helpers.tensor_parallel", "helpers.pipeline_parallel", "helpers.context_parallel",
+        "helpers.expert_parallel",
+    }  # fmt: skip
+    assert found == expected, f"topic packages with a lesson: expected {expected}, found {found}"
+
+
+def lesson_imports_harness(module: str, tree: ast.Module) -> list[str]:
+    """Imports of a lesson that reach a harness: its own (`.harness`) or any topic's, or a topic
+    package (whose `__init__` imports its harness)."""
+    package = module.rpartition(".")[0]
+    bad = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([base] if base else [])])
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        hit = next((n for n in names if n.endswith(".harness") or n in TOPICS), None)
+        if hit:
+            bad.append(f"{module} imports {hit}")
+    return bad
+
+
+TOPICS = {f"helpers.{p.name}" for p in HELPERS.iterdir() if (p / "lesson.py").exists()}
+
+
+def test_lesson_rule_catches_a_lesson_importing_its_harness():
+    tree = ast.parse("from .harness import x\ndef f():\n    from helpers.ddp import make_mlp\n")
+    found = lesson_imports_harness("helpers.allreduce.lesson", tree)
+    assert found == [
+        "helpers.allreduce.lesson imports helpers.allreduce.harness",
+        "helpers.allreduce.lesson imports helpers.ddp",
+    ], f"expected the relative harness import and the package import, found {found}"
+
+
+def test_lessons_import_no_harness(cmap):
+    found = [v for m in lessons(cmap) for v in lesson_imports_harness(m, cmap.modules[m].tree)]
+    assert not found, "a lesson reads alone: it imports no harness (nor a topic package):\n" + (
+        "\n".join(found)
+    )
+
+
+def unshown_lesson_definitions(cmap, module: str) -> list[str]:
+    """Top-level definitions of a lesson neither shown by a notebook nor reached, through the
+    lesson's own definitions, from one that is."""
+    mod = cmap.modules[module]
+    seen = {d for d in mod.defs if (module, d) in cmap.shown}
+    todo = list(seen)
+    while todo:
+        for m, d in cmap.edges.get((module, todo.pop()), ()):
+            if m == module and d and d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return [d for d in mod.defs if d not in seen]
+
+
+def test_every_lesson_definition_is_shown_or_called_by_one_that_is(cmap):
+    found = {m: unshown_lesson_definitions(cmap, m) for m in lessons(cmap)}
+    found = {m: d for m, d in found.items() if d}
+    assert not found, (
+        "lesson definitions no notebook shows, nor calls from a shown one (move them to the "
+        f"harness): {found}"
+    )
+
+
+def test_what_a_notebook_shows_of_a_topic_lives_in_its_lesson(cmap):
+    found = sorted(
+        f"{m}.{d} (shown by {', '.join(sorted(nbs))})"
+        for (m, d), nbs in cmap.shown.items()
+        if m.endswith(".harness")
+    )
+    assert not found, f"shown definitions in a harness (move them to the lesson): {found}"

@@ -95,9 +95,11 @@ def every_launch() -> list[tuple[str, str, str, str]]:
 def helper_launches() -> list[tuple[str, str, str, str]]:
     """The launches helper modules make themselves (a notebook calls the helper, not launch)."""
     found = []
-    for path in sorted((ROOT / "src" / "helpers").glob("*.py")):
-        if path.stem not in ("launch", "dryrun"):
-            found += launches(f"helpers {path.stem}", path.read_text(encoding="utf-8"))
+    helpers = ROOT / "src" / "helpers"
+    for path in sorted(helpers.rglob("*.py")):  # the modules and the topic packages' files
+        module = ".".join(path.relative_to(helpers).with_suffix("").parts)
+        if module not in ("launch", "dryrun") and not module.startswith("exercises"):
+            found += launches(f"helpers {module}", path.read_text(encoding="utf-8"))
     return found
 
 

@@ -260,7 +260,8 @@ def test_eps_must_be_positive_in_synchronised_training(monkeypatch):
     message = "batch_norm eps must be positive during training, but got 0.0"
     with pytest.raises(ValueError, match=message):
         nn.functional.batch_norm(torch.randn(4, 3), None, None, training=True, eps=0.0)
-    monkeypatch.setattr(syncbn, "_sync_group", lambda group: object())  # as if synchronising
+    # patched where CPUSyncBatchNorm.forward looks it up: the lesson module that defines both
+    monkeypatch.setattr(syncbn.lesson, "_sync_group", lambda group: object())  # as if synchronising
     with pytest.raises(ValueError, match=message):  # raised before any collective
         CPUSyncBatchNorm(3, eps=0.0)(torch.randn(4, 3))
 

@@ -26,6 +26,7 @@ from helpers import train_ddp
 from helpers.processes import free_port, wait_gone
 from helpers.torchrun import (
     TorchrunTimeout,
+    agent_store_rule,
     run_torchrun,
     start_torchrun,
     torchrun_command,
@@ -272,7 +273,7 @@ def test_agent_store_rule_matches_the_installed_source() -> None:
         "_torchelastic_use_agent_store()"
     )  # fmt: skip
     assert f"if {branch}:" in __import__("inspect").getsource(rdzv._create_c10d_store)
-    found = train_ddp.agent_store_rule()
+    found = agent_store_rule()
     expected = {"agent address": "client", "other address": "hosts" if checks_address else "client"}
     assert found == expected, (torch.__version__, found)
 

@@ -49,6 +49,8 @@ SHOW = ("helpers.source", "show_source")
 JUDGE = re.compile(r"nb\d\d\.py")
 DOTTED = re.compile(r"helpers(\.\w+)+")
 OPENING = "(before the first section)"
+# a topic package `helpers/<topic>/`: the lesson (what the notebook shows) and its harness
+TOPIC_PARTS = ("lesson", "harness")
 
 
 def module_name(path: Path) -> str:
@@ -401,12 +403,16 @@ def reached(cmap: CodeMap, alive: dict) -> set[tuple[str, str | None]]:
 
 
 def used_by_notebooks(cmap: CodeMap) -> dict[str, set[str]]:
-    """Per mapped module: the notebooks that show or use it (a definition, or the module)."""
+    """Per mapped module: the notebooks that show or use it (a definition, or the module); a
+    topic package counts what its lesson and harness count."""
     out: dict[str, set[str]] = {m: set() for m in cmap.mapped()}
     for table in (cmap.shown, cmap.used):
         for (mod, _), nbs in table.items():
             if mod in out:
                 out[mod] |= nbs
+            package, _, part = mod.rpartition(".")
+            if part in TOPIC_PARTS and package in out:
+                out[package] |= nbs
     return out
 
 
@@ -488,6 +494,46 @@ def summary(cmap: CodeMap) -> tuple[list, dict, dict, list]:
     return unused, alive, figures, tests_only
 
 
+EXCERPT_HEADER = re.compile(r"\((src/helpers/[\w/]+\.py), lines (\d+)-(\d+)\)")
+
+
+def shown_lines(notebooks: list[Notebook]) -> dict[str, set[int]]:
+    """Per file of ours: the line numbers the notebooks' stored excerpts show, read from the
+    excerpt headers (`(src/helpers/x/lesson.py, lines a-b)`) in their outputs' text."""
+    out: dict[str, set[int]] = {}
+    for nb in notebooks:
+        cells = json.loads(nb.path.read_text(encoding="utf-8"))["cells"]
+        for cell in cells:
+            for output in cell.get("outputs", []):
+                texts = [output.get("text", "")]
+                texts += [v for k, v in output.get("data", {}).items() if k == "text/plain"]
+                for text in texts:
+                    text = "".join(text) if isinstance(text, list) else text
+                    for path, a, b in EXCERPT_HEADER.findall(text):
+                        out.setdefault(path, set()).update(range(int(a), int(b) + 1))
+    return out
+
+
+def lesson_rows(cmap: CodeMap) -> list[tuple[str, int, int, int, int]]:
+    """(file, lines, definitions, defined lines shown by some excerpt, those definitions' lines)
+    per lesson: how much of what a reader opens the notebooks really show."""
+    seen = shown_lines(cmap.notebooks)
+    rows = []
+    for name in cmap.mapped():
+        if not name.endswith(".lesson"):
+            continue
+        mod = cmap.modules[name]
+        path = rel(mod.path)
+        body = set()
+        for stmt in mod.tree.body:
+            if getattr(stmt, "name", None) in mod.defs:
+                first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
+                body.update(range(first, stmt.end_lineno + 1))
+        total = len(mod.path.read_text(encoding="utf-8").splitlines())
+        rows.append((path, total, len(mod.defs), len(body & seen.get(path, set())), len(body)))
+    return rows
+
+
 def render(cmap: CodeMap) -> str:
     unused, alive, f, tests_only = summary(cmap)
     lines = [
@@ -526,6 +572,28 @@ def render(cmap: CodeMap) -> str:
     for k in tests_only:
         who = sorted(cmap.tests.get(k, set()) | cmap.other.get(k, set()), key=natural)
         lines.append(f"  - {label(k)}: {fmt(who)}")
+    lines.append("")
+    rows = lesson_rows(cmap)
+    lines += [
+        "## Lessons",
+        "",
+        "A topic package's `lesson.py` is what its notebook shows (CONTRIBUTING, \"Helper",
+        'modules"). **shown** counts the lines of its definitions that some stored excerpt',
+        "shows (the excerpts' `lines a-b` headers in the notebooks' outputs), out of all the",
+        "lines of its definitions; the rest are in definitions the notebook names without",
+        "showing every line (an excerpt cut at a pattern) or that a shown one calls.",
+        "",
+        "| lesson | lines | definitions | shown |",
+        "|---|---|---|---|",
+    ]
+    for path, total, defs, seen, body in rows:
+        lines.append(f"| `{path}` | {total} | {defs} | {seen} of {body} ({seen / body:.0%}) |")
+    if rows:
+        seen_all, body_all = sum(r[3] for r in rows), sum(r[4] for r in rows)
+        lines.append(
+            f"| all {len(rows)} | {sum(r[1] for r in rows)} | {sum(r[2] for r in rows)} | "
+            f"{seen_all} of {body_all} ({seen_all / body_all:.0%}) |"
+        )
     lines.append("")
     lines += ["## Notebooks", ""]
     for nb in cmap.notebooks:

@@ -1,6 +1,7 @@
 """Start torchrun from a notebook (or any Python) so that no worker can outlive the caller.
 
-Used by: notebook 09 (training with torchrun) and tests/test_train_ddp.py. Linux is the target
+Used by: notebook 09 (training with torchrun), notebook 04 (`agent_store_rule`) and
+tests/test_train_ddp.py. Linux is the target
 (PR_SET_PDEATHSIG); elsewhere a polling watchdog stands in. Imports no torch (it is cheap).
 
     result = run_torchrun(["-m", "helpers.train_ddp", "--epochs", "2"], nproc_per_node=2)
@@ -70,6 +71,7 @@ __all__ = [
     "torchrun_command",
     "start_torchrun",
     "run_torchrun",
+    "agent_store_rule",
 ]
 
 _PARENT_PID_ENV = "HELPERS_TORCHRUN_PARENT_PID"  # the pid the next wrapper must have as parent
@@ -461,3 +463,59 @@ def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
+
+
+# -- a probe of torchrun's agent store, which the training script relies on (notebooks 04, 09) --
+
+
+def agent_store_rule(timeout_s: float = 0.5) -> dict[str, str]:
+    """What `_create_c10d_store` builds for rank 0 when TORCHELASTIC_USE_AGENT_STORE=True.
+
+    Probed live in a child process (the failed client connections log C++ errors there), with
+    no store running: rank 0 asks for a store at torchrun's MASTER_ADDR:MASTER_PORT ("agent
+    address", what env:// passes) and at another port ("other address", a tcp:// URL
+    elsewhere). "client": it only connected as a client, and found nobody (no agent runs
+    here); "hosts": rank 0 started the server itself. torch 2.13 decides on the flag alone
+    (client at both); 2.14.1 and 2.15.0 also require the address to be the agent's own
+    (`_agent_store_serves`), so at any other address rank 0 hosts.
+    """
+    import json
+    import subprocess
+
+    from helpers.processes import child_env
+
+    code = (
+        f"import json, helpers.torchrun as t; print(json.dumps(t._agent_store_probe({timeout_s})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"agent_store_rule: the probe failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _agent_store_probe(timeout_s: float) -> dict[str, str]:
+    """`agent_store_rule`'s child: call `_create_c10d_store` as rank 0 at both addresses."""
+    import importlib
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from helpers.processes import free_port
+
+    rdzv = importlib.import_module("torch.distributed.rendezvous")  # the module, not the function
+    agent_port, other_port = free_port(), free_port()
+    os.environ.update({"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(agent_port)})  # fmt: skip
+    found = {}
+    for label, port in (("agent address", agent_port), ("other address", other_port)):
+        try:
+            store = rdzv._create_c10d_store("127.0.0.1", port, 0, 1, timedelta(seconds=timeout_s))
+        except (RuntimeError, dist.DistError):  # a client that found no server
+            found[label] = "client"
+        else:
+            store.set("probe", "1")  # it answers with nobody else running: rank 0 hosts it
+            found[label] = "hosts"
+    return found

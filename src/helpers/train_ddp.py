@@ -1,8 +1,7 @@
 """Train a small CNN on the shipped 8x8 digits with DDP: the script a reader copies and adapts.
 
-Used by: notebook 09 (training with torchrun), notebook 04 (`agent_store_rule`),
-tests/test_train_ddp.py, the README and slurm/train_ddp.sbatch.
-CPU processes with gloo, or one GPU per process with NCCL (LOCAL_RANK
+Used by: notebook 09 (training with torchrun), tests/test_train_ddp.py, the README and
+slurm/train_ddp.sbatch. CPU processes with gloo, or one GPU per process with NCCL (LOCAL_RANK
 picks the GPU); the same code, no edits. One file: copy it, keep `helpers.syncbn` or drop
 `--syncBN` on CPU.
 
@@ -88,7 +87,6 @@ __all__ = [
     "load_digits",
     "main",
     "save_checkpoint",
-    "agent_store_rule",
 ]
 
 CHECKPOINT_FORMAT = "helpers.train_ddp/1"
@@ -445,7 +443,7 @@ def _group_store(rank: int, world_size: int, timeout_s: float = 120.0) -> dist.S
     `env://` would build every group on the same keys, so a restarted group reads the
     addresses the dead group left there. Still so on torch 2.14.1 and 2.15.0: their
     `_create_c10d_store` also checks that the address is the agent's MASTER_ADDR:MASTER_PORT
-    (`agent_store_rule`), and env:// passes exactly that address.
+    (`helpers.torchrun.agent_store_rule`), and env:// passes exactly that address.
     TORCHELASTIC_RESTART_COUNT cannot name the group: on two nodes the agents count restarts
     differently (measured: the agent whose worker died counts one, the other restarts because
     a node is waiting and counts none). So rank 0 draws a new number from a counter in the
@@ -494,56 +492,6 @@ def _no_answer(rank: int, who: str, timeout_s: float) -> str:
         "processes' logs; TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 with --rdzv-backend=c10d "
         "avoids the shared store altogether"
     )
-
-
-def agent_store_rule(timeout_s: float = 0.5) -> dict[str, str]:
-    """What `_create_c10d_store` builds for rank 0 when TORCHELASTIC_USE_AGENT_STORE=True.
-
-    Probed live in a child process (the failed client connections log C++ errors there), with
-    no store running: rank 0 asks for a store at torchrun's MASTER_ADDR:MASTER_PORT ("agent
-    address", what env:// passes) and at another port ("other address", a tcp:// URL
-    elsewhere). "client": it only connected as a client, and found nobody (no agent runs
-    here); "hosts": rank 0 started the server itself. torch 2.13 decides on the flag alone
-    (client at both); 2.14.1 and 2.15.0 also require the address to be the agent's own
-    (`_agent_store_serves`), so at any other address rank 0 hosts.
-    """
-    import json
-    import subprocess
-
-    from helpers.processes import child_env
-
-    code = (
-        f"import json, helpers.train_ddp as t; print(json.dumps(t._agent_store_probe({timeout_s})))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"agent_store_rule: the probe failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _agent_store_probe(timeout_s: float) -> dict[str, str]:
-    """`agent_store_rule`'s child: call `_create_c10d_store` as rank 0 at both addresses."""
-    import importlib
-
-    from helpers.processes import free_port
-
-    rdzv = importlib.import_module("torch.distributed.rendezvous")  # the module, not the function
-    agent_port, other_port = free_port(), free_port()
-    os.environ.update({"TORCHELASTIC_USE_AGENT_STORE": "True", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(agent_port)})  # fmt: skip
-    found = {}
-    for label, port in (("agent address", agent_port), ("other address", other_port)):
-        try:
-            store = rdzv._create_c10d_store("127.0.0.1", port, 0, 1, timedelta(seconds=timeout_s))
-        except (RuntimeError, dist.DistError):  # a client that found no server
-            found[label] = "client"
-        else:
-            store.set("probe", "1")  # it answers with nobody else running: rank 0 hosts it
-            found[label] = "hosts"
-    return found
 
 
 def _init_distributed(args: argparse.Namespace) -> RankInfo:

@@ -1,28 +1,11 @@
-"""Tensor and sequence parallelism: Megatron's f and g from scratch, then DTensor.
+"""Tensor and sequence parallelism: the lesson.
 
-Used by: notebook 15, and `helpers.dimensions` (`layer_worker`, `make_layer`).
-Workers run under `helpers.launch` with gloo on
-the CPU (the notebook asks for gloo). `tensor_parallel_worker` and `dtensor_worker` make every
-tensor and module on `helpers.launch.current_device()`, the launcher's device: device-checked on
-CPU (the dry run, `helpers.dryrun`), not yet run on a GPU; `layer_worker` builds on the CPU. Every
-rank builds the same seeded transformer layer (`make_layer`), keeps its shard of it, and returns
-plain Python data (losses, gradients as lists, byte counts), never tensors.
+The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
+a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); what runs,
+counts, times and draws it is `harness.py` beside this file, and the package
+(`helpers.tensor_parallel`) re-exports both.
 
-Layout: activations are (s, b, h), sequence first, as in Megatron-LM, so that sequence
-parallelism shards dim 0 and the all-gather / reduce-scatter work on contiguous chunks.
-
-From scratch (Shoeybi et al. 2019, Korthikanti et al. 2022):
-- `f` (`CopyToParallel`) is the identity forward and an all-reduce backward; `g`
-  (`ReduceFromParallel`) the reverse. A column-parallel linear (output features split) after `f`
-  and a row-parallel linear (input features split) before `g` make an MLP or an attention block
-  (heads split) with one all-reduce forward and one backward.
-- Sequence parallelism replaces `g` by a reduce-scatter along the sequence (backward: all-gather)
-  and `f` by an all-gather (backward: reduce-scatter). The letters are Megatron-LM's; Korthikanti
-  et al. call the tensor-parallel pair f and f-bar, and the sequence-parallel pair g (the
-  all-gather) and g-bar (the reduce-scatter). `GatherColumnLinear` keeps only the
-  sequence shard of its input for backward and all-gathers it again there, as the paper does.
-Every collective goes through `_collective`, which records its kind, phase and message bytes in
-`COMM_LOG`, so that the bytes per collective can be set against the formulas.
+Used by: notebook 15.
 """
 
 from __future__ import annotations
@@ -36,43 +19,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.launch import current_device
-
-__all__ = [
-    "SEQ",
-    "BATCH",
-    "HIDDEN",
-    "HEADS",
-    "DROPOUT",
-    "make_layer",
-    "layer_input",
-    "dropout_masks",
-    "reference_layer",
-    "check_divisible",
-    "shard_layer",
-    "CopyToParallel",
-    "ReduceFromParallel",
-    "ReduceScatterToSequence",
-    "GatherColumnLinear",
-    "tp_layer",
-    "attention_block",
-    "mlp_block",
-    "COMM_LOG",
-    "ring_bytes",
-    "max_errors",
-    "max_diff",
-    "SEQUENCE_PARTIAL",
-    "activation_bytes",
-    "korthikanti_bytes",
-    "tensor_parallel_worker",
-    "layer_worker",
-    "MLPBlock",
-    "mlp_block_reference",
-    "parallel_mlp_block",
-    "comm_counts",
-    "dtensor_worker",
-    "local_tensor_mlp",
-    "local_tensor_grad_placements",
-]
 
 SEQ, BATCH, HIDDEN, HEADS = 8, 2, 16, 4  # s, b, h, a: heads split over N = 2 or 4 ranks
 FFN = 4 * HIDDEN
@@ -138,15 +84,6 @@ def _attention(q, k, v, keep, heads: int) -> torch.Tensor:
     probs = torch.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d)), dim=-1)
     context = _drop(probs, keep) @ v  # (b, a, s, d)
     return context.permute(2, 0, 1, 3).reshape(s, b, width)
-
-
-def reference_layer(layer: Layer, x: torch.Tensor, masks: dict[str, torch.Tensor]):
-    """The layer in one process: the result every parallel version must reproduce."""
-    h = layer.ln1(x)
-    attn = _attention(layer.q(h), layer.k(h), layer.v(h), masks["attn"], layer.heads)
-    x = x + _drop(layer.o(attn), masks["attn_out"])
-    h = F.gelu(layer.fc1(layer.ln2(x)))
-    return x + _drop(layer.fc2(h), masks["mlp_out"])
 
 
 def check_divisible(size: int, world_size: int, what: str) -> int:
@@ -400,64 +337,6 @@ def _run(shards, x, masks, rank, n, sequence=False, use_f=True):
     }
 
 
-# parameters whose gradient is a partial sum on each rank under sequence parallelism: they act on
-# a sequence chunk only (LayerNorms, the row-parallel biases); Megatron all-reduces them
-SEQUENCE_PARTIAL = ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias", "o.bias", "fc2.bias")
-
-
-def max_errors(per_rank: list[dict], name: str) -> dict[str, float]:
-    """Max |parallel - one process| over ranks, for the loss, output, input and every gradient.
-
-    `per_rank` is a launch of `tensor_parallel_worker`; `name` is "tp", "no_f" or "sp". Under
-    "sp" the output and input gradient are the ranks' chunks concatenated, and the gradients in
-    SEQUENCE_PARTIAL are summed over ranks before the comparison.
-    """
-    n = len(per_rank)
-    layer, x, masks = make_layer(), layer_input().requires_grad_(), dropout_masks()
-    out = reference_layer(layer, x, masks)
-    loss = (out.double() ** 2).sum()
-    loss.backward()
-    runs = [r[name] for r in per_rank]
-    errors = {"loss": max(abs(r["loss"] - float(loss.detach())) for r in runs)}
-    for key, ref in (("out", out.detach()), ("x_grad", x.grad)):
-        if name == "sp":
-            got = torch.cat([torch.tensor(r[key]) for r in runs])
-            errors[key] = float((got - ref.reshape(-1)).abs().max())
-        else:
-            errors[key] = max(float((torch.tensor(r[key]) - ref.reshape(-1)).abs().max())
-                              for r in runs)  # fmt: skip
-    grads = [_grad_shards(layer, rank, n) for rank in range(n)]
-    for k in grads[0]:
-        if name == "sp" and k in SEQUENCE_PARTIAL:
-            got = sum(torch.tensor(r["grads"][k]) for r in runs)
-            errors[k] = float((got - grads[0][k].reshape(-1)).abs().max())
-        else:
-            errors[k] = max(float((torch.tensor(r["grads"][k]) - g[k].reshape(-1)).abs().max())
-                            for r, g in zip(runs, grads, strict=True))  # fmt: skip
-    return errors
-
-
-def max_diff(a: dict[str, list[float]], b: dict[str, list[float]]) -> float:
-    """Max |a[k][i] - b[k][i]| over the keys of `b` (flat gradient lists of equal length)."""
-    return max(max((abs(x - y) for x, y in zip(a[k], b[k], strict=True)), default=0.0) for k in b)
-
-
-def _grad_shards(layer: Layer, rank: int, world_size: int) -> dict[str, torch.Tensor]:
-    """The one-process gradients cut the way `shard_layer` cuts the parameters."""
-    grads = Layer()
-    with torch.no_grad():
-        for p, g in zip(grads.parameters(), layer.parameters(), strict=True):
-            p.copy_(g.grad)
-    return {k: v.detach() for k, v in shard_layer(grads, rank, world_size).items()}
-
-
-def layer_worker(rank: int, world_size: int, mode: str) -> dict[str, Any]:
-    """One from-scratch run of the layer ("tp", "no_f" or "sp"), as {mode: results}."""
-    kw = {"tp": {}, "no_f": {"use_f": False}, "sp": {"sequence": True}}[mode]
-    layer, x, masks = make_layer(), layer_input(), dropout_masks()
-    return {mode: _run(shard_layer(layer, rank, world_size), x, masks, rank, world_size, **kw)}
-
-
 def tensor_parallel_worker(rank: int, world_size: int) -> dict[str, Any]:
     """Everything notebook 15 measures on this rank: TP, TP without f, SP, memory, DTensor."""
     device = current_device()
@@ -503,20 +382,6 @@ class MLPBlock(nn.Module):
 
     def forward(self, x):
         return self.fc2(F.gelu(self.fc1(self.ln(x))))
-
-
-def mlp_block_reference(seed: int = 0) -> dict[str, Any]:
-    """One process: MLPBlock's loss, input gradient and parameter gradients (flat lists)."""
-    block, x = MLPBlock(make_layer(seed)), layer_input().requires_grad_()
-    out = block(x)
-    loss = (out**2).sum()
-    loss.backward()
-    return {
-        "loss": float(loss.detach()),
-        "out": out.detach().reshape(-1).tolist(),
-        "x_grad": x.grad.reshape(-1).tolist(),
-        "grads": {k: p.grad.reshape(-1).tolist() for k, p in block.named_parameters()},
-    }
 
 
 def parallel_mlp_block(mesh, sequence: bool = False) -> MLPBlock:
@@ -612,11 +477,6 @@ def _dtensor_run(rank: int, world_size: int, sequence: bool) -> dict[str, Any]:
     }
 
 
-def dtensor_worker(rank: int, world_size: int) -> dict[str, Any]:
-    """The DTensor MLP block alone, {"tp": ..., "sp": ...} (section 7 of notebook 15, for tests)."""
-    return {name: _dtensor_run(rank, world_size, sq) for name, sq in (("tp", False), ("sp", True))}
-
-
 def _scratch_mlp_counts(layer, rank, world_size, sequence) -> dict[str, dict[str, int]]:
     """The from-scratch MLP block's collectives, per phase, counted from COMM_LOG."""
     device = current_device()
@@ -671,33 +531,5 @@ def local_tensor_mlp(world_size: int) -> dict[str, Any]:
             xg = x.grad.reconcile() if isinstance(x.grad, LocalTensor) else x.grad
         return {"loss": per_rank_loss, "grads": grads, "x_grad": xg.reshape(-1).tolist(),
                 "fc1_grad_shards": shards}  # fmt: skip
-    finally:
-        dist.destroy_process_group()
-
-
-def local_tensor_grad_placements(world_size: int = 2) -> dict[str, str]:
-    """Gradient placements of the sequence-parallel MLP block, as `world_size` local ranks.
-
-    Every rank gets the same sequence chunk (the placements do not depend on the values).
-    Initialises the "fake" process group in this process and destroys it before returning.
-    """
-    from torch.distributed._local_tensor import LocalTensorMode
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        raise RuntimeError("local_tensor_grad_placements needs a process without a process group")
-    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
-    try:
-        mesh = init_device_mesh("cpu", (world_size,))
-        x = layer_input()[: SEQ // world_size].clone().requires_grad_()
-        with LocalTensorMode(world_size):
-            block = parallel_mlp_block(mesh, sequence=True)
-            (block(x) ** 2).sum().backward()
-            return {
-                k: str(p.grad.placements) if isinstance(p.grad, DTensor) else "tensor"
-                for k, p in block.named_parameters()
-            }
     finally:
         dist.destroy_process_group()

@@ -1,18 +1,10 @@
-"""Sharded data parallelism: ZeRO stages 1 and 2 from scratch, FSDP2, and their memory.
+"""ZeRO and FSDP2, counted: the lesson.
 
-Used by: notebook 13. Workers run under `helpers.launch` (gloo on CPU; NCCL with one GPU per
-rank when launch picks it, as designed and not yet run: tensors go to `current_device()`). Every
-rank trains the same small MLP on its own batches with AdamW; the workers return plain Python data
-(final parameters, byte counts, collective counts), never tensors.
+The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
+a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); the package
+(`helpers.sharded`) re-exports it.
 
-What "from scratch" means here: every parameter is flattened, padded to a multiple of the world
-size N and cut into N equal shards; rank r owns shard r. `ZeroAdamW` keeps AdamW's state only for
-the shards a rank owns (ZeRO stage 1); with `stage=2` a post-accumulate-grad hook reduce-scatters
-each gradient as soon as backward produces it and drops the full gradient (ZeRO stage 2). After
-the step every rank all-gathers the updated shards, so every rank holds the full parameters again.
-Memory is counted two ways: the bytes of the tensors a rank holds (for FSDP2, the elements its
-DTensors' local pieces show) and the bytes of the storage behind them (distinct storages, so a view
-of a padded buffer counts the whole buffer once), next to the ZeRO paper's formulas.
+Used by: notebook 13.
 """
 
 from __future__ import annotations
@@ -25,17 +17,6 @@ import torch.distributed as dist
 from torch import nn
 
 from helpers.launch import current_device
-
-__all__ = [
-    "make_model",
-    "batch",
-    "padded_numel",
-    "fsdp_padded_numel",
-    "ZeroAdamW",
-    "memory_formula",
-    "sharding_worker",
-    "LR",
-]
 
 LR = 1e-2
 IN_FEATURES, HIDDEN, OUT_FEATURES = 10, 30, 6  # odd sizes: shards need padding at N = 4

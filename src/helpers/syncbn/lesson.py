@@ -1,42 +1,11 @@
-"""SyncBatchNorm that trains on CPU: batch statistics over the global batch via one all-reduce.
+"""SyncBatchNorm on CPU: the lesson.
 
-Used by: notebook 07 (BatchNorm and SyncBatchNorm), the DDP training script (helpers.train_ddp),
-benchmarks/syncbn_cost.py and tests/test_syncbn.py.
+The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
+a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); what runs,
+counts, times and draws it is `harness.py` beside this file, and the package
+(`helpers.syncbn`) re-exports both.
 
-`nn.SyncBatchNorm` cannot train on CPU in torch 2.13.0, 2.14.1 or 2.15.0 (measured on each: its
-forward refuses CPU tensors with "SyncBatchNorm expected input tensor to be on GPU or XPU or
-privateuseone", and `aten::batch_norm_stats` has no CPU kernel; tests/test_syncbn.py checks both
-on the installed torch).
-`CPUSyncBatchNorm` (exported as `SyncBatchNorm`) computes the same thing, BatchNorm over the
-global batch, in plain tensor ops and one all-reduce, so it trains under gloo on CPU; nothing in
-it is CPU-specific, but the collection tests it on CPU only (`native_syncbn_ddp_worker` compares
-it with `nn.SyncBatchNorm` where two GPUs are available):
-
-    per channel c, on every rank:  [sum x, sum x^2, count]        # (3, C)
-    one all-reduce (SUM) over the process group       # the forward's only collective
-    mean = S / n,  var = SS / n - mean^2  (biased, used to normalise)
-    running_var uses the unbiased var * n / (n - 1), n = the GLOBAL count
-
-The all-reduce is `torch.distributed._functional_collectives.all_reduce`, which is
-differentiable (its backward is another SUM all-reduce), so autograd produces the exact
-gradient of the global-batch BatchNorm: no hand-written backward. Ranks may hold different
-batch sizes (even zero), because the counts are reduced with the sums. Weight and bias
-gradients stay local per rank (summing them over ranks, as DDP's all-reduce does up to its
-averaging, gives the single-process gradient).
-
-Without an initialised process group, with world size 1, or in eval mode, the module runs
-`_BatchNorm.forward`, the code of `nn.BatchNorm*d` (the tests compare the first two bitwise).
-Deliberate differences from `nn.SyncBatchNorm`: a global count of one value per channel raises
-BatchNorm's error (the native module only checks the local count, and only for world size 1),
-and the converter keeps layers that already synchronise (see `convert_sync_batchnorm`).
-
-Numerics: the sums are accumulated in float64 on CPU and in float32 elsewhere (float64 input
-stays float64). `E[x^2] - E[x]^2` cancels when |mean| >> std; float64 pushes that far out
-(notebook 07 shows float32 power sums failing on a channel where float64 ones hold).
-nn.SyncBatchNorm instead all-gathers each rank's (mean, invstd, count) and merges them in
-`torch.batch_norm_gather_stats_with_counts`, which receives per-rank means and inverse standard
-deviations with their counts, not power sums (its CUDA kernel is in aten/src/ATen/native/cuda/
-Normalization.cuh, which the wheel does not ship).
+Used by: notebook 07.
 """
 
 from __future__ import annotations
@@ -48,28 +17,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
-
-__all__ = [
-    "CPUSyncBatchNorm",
-    "SyncBatchNorm",
-    "convert_sync_batchnorm",
-    "sync_batchnorm_class",
-    "global_batch_stats",
-    "all_reduce_backward_ops",
-    "make_scenario",
-    "make_global_batch",
-    "syncbn_scenarios_worker",
-    "checks_worker",
-    "native_cpu_probe",
-    "single_rank_groups_worker",
-    "ddp_step_worker",
-    "ddp_reference_step",
-    "reference_run",
-    "compare_with_reference",
-    "native_syncbn_ddp_worker",
-    "count_collectives",
-    "syncbn_cost_worker",
-]
 
 
 def _stats_dtype(x: Tensor) -> torch.dtype:
@@ -111,49 +58,6 @@ def global_batch_stats(x: Tensor, group: Any) -> tuple[Tensor, Tensor, Tensor]:
     mean = s / n
     var = (ss / n - mean * mean).clamp_min(0.0)  # biased; clamp guards rounding below zero
     return mean, var, n
-
-
-REDUCE_OPS = ("sum", "avg", "premul_sum", "max", "min", "product")
-
-
-def all_reduce_backward_ops(ops: Sequence[str] = REDUCE_OPS) -> dict[str, str | None]:
-    """Per reduce op of a functional `all_reduce`: the op its registered backward all-reduces
-    the gradient with, or None where the backward refuses that op.
-
-    Probed in this process without a process group: the backward is called with a made-up
-    group name, and a dispatch mode records the `_c10d_functional.all_reduce` it issues (and
-    stops it there, before the group is looked up). `global_batch_stats` relies on "sum".
-    Read in each release: 2.13.0 only "sum"; 2.14.1 also "avg"; 2.15.0 also "premul_sum",
-    "max" and "min" (those two all-reduce with "sum", then split among the extremum holders).
-    """
-    import types
-
-    from torch.distributed import _functional_collectives as funcol
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _Issued(Exception):
-        pass
-
-    class _Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-            if func is torch.ops._c10d_functional.all_reduce.default:
-                raise _Issued(args[1])
-            return func(*args, **(kwargs or {}))
-
-    found: dict[str, str | None] = {}
-    for op in ops:
-        ctx = types.SimpleNamespace(reduce_op=op, group_name="no group: a probe")
-        try:
-            with _Record():
-                funcol.all_reduce_backward(ctx, torch.ones(2))
-            found[op] = "no all_reduce"  # not expected on any release read
-        except _Issued as issued:
-            found[op] = str(issued.args[0])
-        except RuntimeError as err:
-            if "backward only supports" not in str(err):
-                raise
-            found[op] = None
-    return found
 
 
 class CPUSyncBatchNorm(_BatchNorm):
@@ -232,9 +136,6 @@ class CPUSyncBatchNorm(_BatchNorm):
     def convert_sync_batchnorm(cls, module: nn.Module, process_group: Any = None) -> nn.Module:
         """Same as the module-level `convert_sync_batchnorm`, producing this class."""
         return convert_sync_batchnorm(module, process_group, sync_cls=cls)
-
-
-SyncBatchNorm = CPUSyncBatchNorm
 
 
 def convert_sync_batchnorm(
@@ -444,13 +345,6 @@ def ddp_step_worker(rank: int, world_size: int, batch_sizes: Sequence[int], seed
     return out
 
 
-def ddp_reference_step(batch_sizes: Sequence[int], seed: int) -> dict:
-    """What `ddp_step_worker` must give: one plain step with BatchNorm2d on the whole batch."""
-    scenario = make_scenario(batch_sizes, (3, 5, 5), seed=seed)
-    x, _ = make_global_batch(scenario, 0)
-    return _net_step(_small_net(), x, 1.0 / len(batch_sizes))
-
-
 def native_cpu_probe(rank: int, world_size: int) -> dict:
     """What nn.SyncBatchNorm does on CPU inside a process group: train, DDP, eval; and gloo.
 
@@ -529,59 +423,6 @@ def checks_worker(
     if probe_native:
         out["native"] = native_cpu_probe(rank, world_size)
     return out
-
-
-def reference_run(scenario: dict) -> dict:
-    """The same steps with nn.BatchNorm*d on the whole (concatenated) batch, one process."""
-    c = scenario["feature_shape"][0]
-    module = _bn_class(len(scenario["feature_shape"]) + 1)(
-        c, momentum=scenario["momentum"], affine=scenario["affine"]
-    )
-    return _run(module, scenario, slice(None), torch.device("cpu"))
-
-
-def compare_with_reference(per_rank: Sequence[dict], reference: dict) -> dict[str, float]:
-    """Largest absolute difference, per quantity, between the ranks and the reference.
-
-    Outputs and input grads are concatenated over ranks; weight and bias grads are summed
-    over ranks (each rank holds its own share); running stats must agree on every rank.
-    """
-    t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
-    err: dict[str, float] = {}
-
-    def worst(a: Tensor, b: Tensor) -> float:
-        if a.shape != b.shape:
-            raise ValueError(f"shape mismatch {tuple(a.shape)} vs {tuple(b.shape)}")
-        return float((a - b).abs().max()) if a.numel() else 0.0
-
-    steps = len(reference["outputs"])
-    for key in ("outputs", "input_grads"):
-        err[key] = max(
-            worst(
-                torch.cat(
-                    [t(r[key][s]).reshape(-1, *t(reference[key][s]).shape[1:]) for r in per_rank]
-                ),
-                t(reference[key][s]),
-            )
-            for s in range(steps)
-        )
-    for key in ("weight_grads", "bias_grads"):
-        if reference[key]:
-            err[key] = max(
-                worst(sum(t(r[key][s]) for r in per_rank), t(reference[key][s]))
-                for s in range(steps)
-            )
-    for key in ("running_mean", "running_var"):
-        err[key] = max(worst(t(r[key]), t(reference[key])) for r in per_rank)
-    err["num_batches_tracked"] = float(
-        max(abs(r["num_batches_tracked"] - reference["num_batches_tracked"]) for r in per_rank)
-    )
-    ref_eval = t(reference["eval_outputs"])
-    err["eval_outputs"] = worst(
-        torch.cat([t(r["eval_outputs"]).reshape(-1, *ref_eval.shape[1:]) for r in per_rank]),
-        ref_eval,
-    )
-    return err
 
 
 def native_syncbn_ddp_worker(rank: int, world_size: int, scenario: dict) -> dict:
