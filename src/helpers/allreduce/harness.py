@@ -250,10 +250,7 @@ def ring_step_viewer(sim: RingSimulation) -> Any:
     step's picture (`helpers.pictures.ring_svg`) and text (`ring_step_text`), computed here once.
 
     It moves in JupyterLab and in the static book alike; its plain-text twin is step 0's text.
-    DOM hooks for browser tests: `.ring-step-view`, the slider `.ring-step-slider` (an
-    `input[type=range]`, readout `.ring-step-readout`); inside the view `svg.ring-svg[data-step]`,
-    one `g.transfer[data-from][data-chunk][data-to]` per arrow and `pre.ring-step-text` change
-    with the slider.
+    Its DOM hooks for browser tests: `helpers.viewers.RingViewer.hooks`.
     """
     from helpers.viewers import RingViewer
 

@@ -149,8 +149,8 @@ def ring_attention_svg(
     colour), the shifts to the next rank, and the (query chunk, key chunk) grid of 2N chunks,
     each pair marked by state: computed at this step, folded earlier (both in the colour of the
     rank whose queries they are), skipped at this step, skipped earlier, or not yet met.
-    Deterministic; DOM hooks: `svg.ringattn-svg[data-step]`, `g.rank[data-rank][data-owner]`,
-    `g.shift[data-from][data-to]`, `rect.pair[data-state][data-q][data-k]`."""
+    Deterministic; it draws the picture's DOM hooks of `helpers.viewers.RingAttentionViewer.hooks`
+    (`picture`, `rank`, `shift`, `pair`)."""
     n = len(plan)
     parts, unit = 2 * n, seq_len // (2 * n)
     box_w, box_h, gap = 118, 50, 14
@@ -256,10 +256,7 @@ def ring_attention_step_viewer(
     in the browser (`helpers.viewers.RingAttentionViewer`); its plain-text twin is step 0's text.
 
     steps[s]: {"step": s, "plan": plan[s], "svg": ring_attention_svg(...), "text":
-    ring_attention_step_text(...)}. DOM hooks: `.ringattn-step-view`, its slider
-    `.ringattn-step-slider` (`input[type=range]`, readout `.ringattn-step-readout`), the
-    picture `svg.ringattn-svg[data-step]` (hooks in `ring_attention_svg`), the text
-    `pre.ringattn-step-text`.
+    ring_attention_step_text(...)}. Its DOM hooks: `helpers.viewers.RingAttentionViewer.hooks`.
     """
     from helpers.viewers import RingAttentionViewer
 

@@ -279,8 +279,8 @@ def exchange_svg(steps: list[dict[str, Any]], i: int, local: int) -> str:
     """Step i of `exchange_steps` as an SVG: senders on the left, receivers on the right (each box
     says what the rank sends or receives, rank by rank), a line per non-empty flow (width by
     rows; dashed when a rank's own split stays on it), or, for the experts' step, a bar per
-    expert. Deterministic; DOM hooks: `svg.alltoall-svg[data-step]
-    [data-what]`, `g.flow[data-from][data-to][data-rows]`, `g.expert[data-expert][data-rows]`."""
+    expert. Deterministic; it draws the picture's DOM hooks of
+    `helpers.viewers.AllToAllViewer.hooks` (`picture`, `flow`, `expert`)."""
     step, n = steps[i], len(steps[i]["rows"])
     row_h, width = 44, 640
     height = 40 + n * row_h
@@ -351,9 +351,7 @@ def exchange_step_viewer(per_rank: list[dict]) -> Any:
     browser (`helpers.viewers.AllToAllViewer`); its plain-text twin is the first step's text.
 
     steps[i]: `exchange_steps(...)[i]` with its "svg" (`exchange_svg`) and "text"
-    (`exchange_step_text`). DOM hooks: `.alltoall-step-view`, its slider `.alltoall-step-slider`
-    (`input[type=range]`, readout `.alltoall-step-readout`), the picture `svg.alltoall-svg`
-    (hooks in `exchange_svg`), the text `pre.alltoall-step-text`.
+    (`exchange_step_text`). Its DOM hooks: `helpers.viewers.AllToAllViewer.hooks`.
     """
     from helpers.viewers import AllToAllViewer
 

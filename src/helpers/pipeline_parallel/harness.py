@@ -173,11 +173,8 @@ def timeline_step_viewer(sim: dict[str, Any], title: str, unit_px: int = 14) -> 
 
     It moves in JupyterLab and in the static book alike; its plain-text twin is slot 0's text.
     Each step is `{"slot", "x", "active", "text"}`: the band's x, the indices (in drawing order)
-    of the boxes running in the slot, the slot's text. DOM hooks for browser tests:
-    `.timeline-step-view`, the slider `.timeline-step-slider` (an `input[type=range]`, readout
-    `.timeline-step-readout`); inside the view `svg.timeline-svg[data-slot]`, its band
-    `rect.slot-band` and `g.action[data-rank][data-kind][data-mb][data-active]` boxes, and
-    `pre.timeline-step-text` change with the slider.
+    of the boxes running in the slot, the slot's text. Its DOM hooks for browser tests:
+    `helpers.viewers.TimelineViewer.hooks`.
     """
     from helpers.viewers import TimelineViewer
 
