@@ -1,4 +1,4 @@
-"""Tests of helpers.allreduce: the ring and pipeline simulations, the cost formulas, and the
+"""Tests of helpers.allreduce: the ring and pipelined-ring simulations, the cost formulas, and the
 algorithms (naive, master, ring, pipelined ring) against `dist.all_reduce` on real gloo process
 groups (one launch per world size)."""
 
@@ -23,8 +23,8 @@ from helpers.allreduce import (
     chunk_bounds,
     expected_p2p,
     library_facts_worker,
-    pipeline_timeline_text,
     pipelined_ring_allreduce,
+    pipelined_ring_text,
     profile_worker,
     resolve_algorithm,
     ring_schedule,
@@ -391,13 +391,13 @@ def test_pipeline_model(world_size: int) -> None:
         simulate_pipelined_ring(1, 2)
 
 
-def test_pipeline_timeline_text() -> None:
-    text = pipeline_timeline_text(simulate_pipelined_ring(3, 1))
+def test_pipelined_ring_text() -> None:
+    text = pipelined_ring_text(simulate_pipelined_ring(3, 1))
     lines = text.splitlines()
     assert len(lines) == 1 + 3 * 3 and lines[0].split() == ["0", "1", "2"]
     assert lines[1] == "r0 send  000000...222222...111111000000"
     assert lines[3] == "r0 add   ......222......111............"
-    piped = pipeline_timeline_text(simulate_pipelined_ring(3, 3)).splitlines()
+    piped = pipelined_ring_text(simulate_pipelined_ring(3, 3)).splitlines()
     assert piped[1] == "r0 send  000000222222111111000000"  # the link never idles
 
 

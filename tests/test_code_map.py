@@ -30,11 +30,11 @@ from tools import code_map
 ROOT = Path(__file__).resolve().parents[1]
 HELPERS = ROOT / "src" / "helpers"
 
-# The one way a lesson module may reach the step viewers (helpers.viewers): a function that
-# builds its notebook's viewer from data it computed, importing the widget class inside that
-# function (so the lesson imports without anywidget). Measured with `ast` over src/helpers:
-# these five are every import of helpers.viewers outside the package, and nothing outside
-# helpers.exercises imports helpers.exercises.
+# The one way a helper module (a topic's harness, or helpers.tracing) may reach the step viewers
+# (helpers.viewers): a function that builds its notebook's viewer from data it computed,
+# importing the widget class inside that function (so the module imports without anywidget).
+# Measured with `ast` over src/helpers: these five are every import of helpers.viewers outside
+# the package, and nothing outside helpers.exercises imports helpers.exercises.
 VIEWER_ENTRY_POINTS = {
     ("helpers.allreduce.harness", "ring_step_viewer"),
     ("helpers.context_parallel.harness", "ring_attention_step_viewer"),
@@ -258,7 +258,7 @@ def test_topic_packages_have_lessons(cmap):
     expected = {
         "helpers.allreduce", "helpers.ddp", "helpers.syncbn", "helpers.sharded",
         "helpers.tensor_parallel", "helpers.pipeline_parallel", "helpers.context_parallel",
-        "helpers.expert_parallel",
+        "helpers.expert_parallel", "helpers.hangs",
     }  # fmt: skip
     assert found == expected, f"topic packages with a lesson: expected {expected}, found {found}"
 
@@ -333,3 +333,34 @@ def test_what_a_notebook_shows_of_a_topic_lives_in_its_lesson(cmap):
         if m.endswith(".harness")
     )
     assert not found, f"shown definitions in a harness (move them to the lesson): {found}"
+
+
+def test_a_lesson_reads_in_the_order_the_notebooks_show_it(cmap):
+    """A reader who opens lesson.py meets the shown definitions in the order the notebooks first
+    show them, except that what a definition calls may come just before it (shown later or not
+    at all)."""
+    order = code_map.show_order(cmap.notebooks)
+    wrong = {}
+    for module in lessons(cmap):
+        shown = [d for m, d in order if m == module]
+        in_file = [d for d in cmap.modules[module].defs if d in shown]
+        calls = {d: calls_within(cmap, module, d) for d in in_file}
+        for i, a in enumerate(in_file):
+            for b in in_file[i + 1 :]:  # a before b in the file, but b shown first
+                if shown.index(b) < shown.index(a) and not any(
+                    a in calls[c] for c in in_file if shown.index(c) <= shown.index(b)
+                ):  # a came early, and not as what a definition shown by then calls
+                    wrong.setdefault(module, []).append(f"{a} before {b}")
+    assert not wrong, f"lessons out of the notebooks' order (move the definitions): {wrong}"
+
+
+def calls_within(cmap, module: str, name: str) -> set[str]:
+    """The definitions of `module` that `name` reaches through the module's own definitions."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for m, d in cmap.edges.get((module, todo.pop()), ()):
+            if m == module and d and d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen

@@ -312,7 +312,7 @@ def test_bad_arguments() -> None:
 
 @pytest.mark.parametrize("layout", cp.LAYOUTS)
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_ring_schedule_is_the_ring(world_size: int, layout: str) -> None:
+def test_ring_attention_plan_is_the_ring(world_size: int, layout: str) -> None:
     """Every rank meets every block once; under a causal mask what it computes is work_formula's
     count; what arrives at a rank is what its left neighbour held, and holds it next step."""
     n, seq = world_size, 16

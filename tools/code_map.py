@@ -514,6 +514,28 @@ def shown_lines(notebooks: list[Notebook]) -> dict[str, set[int]]:
     return out
 
 
+EXCERPT_NAME = re.compile(r"(helpers\.[\w.]+)  \(src/helpers/[\w/]+\.py, lines \d+-\d+\)")
+
+
+def show_order(notebooks: list[Notebook]) -> list[tuple[str, str]]:
+    """(module, top-level definition) in the order the notebooks first show them: the stored
+    excerpts' headers (`helpers.x.lesson.name  (src/..., lines a-b)`), notebook by notebook,
+    cell by cell, output by output. A method's excerpt counts for its class."""
+    seen: list[tuple[str, str]] = []
+    for nb in notebooks:
+        for cell in json.loads(nb.path.read_text(encoding="utf-8"))["cells"]:
+            for output in cell.get("outputs", []):
+                text = output.get("text", "") or output.get("data", {}).get("text/plain", "")
+                text = "".join(text) if isinstance(text, list) else text
+                for dotted in EXCERPT_NAME.findall(text):
+                    module, _, rest = dotted.partition(".lesson.")
+                    if rest:
+                        key = (f"{module}.lesson", rest.split(".")[0])
+                        if key not in seen:
+                            seen.append(key)
+    return seen
+
+
 def lesson_rows(cmap: CodeMap) -> list[tuple[str, int, int, int, int]]:
     """(file, lines, definitions, defined lines shown by some excerpt, those definitions' lines)
     per lesson: how much of what a reader opens the notebooks really show."""

@@ -1,6 +1,6 @@
 """Run a function on N ranks inside a real process group, safely, from a notebook.
 
-Used by: 04-08 and 13-17 (every notebook that runs ranks: collectives, all-reduce, DDP, SyncBN,
+Used by: 04-08, 13-17 and 19 (every notebook that runs ranks: collectives, all-reduce, DDP, SyncBN,
 no_sync, sharded, DDP under compile, tensor, pipeline, context and expert parallelism) and their
 tests.
 CPU with gloo everywhere; NCCL with one GPU per rank when enough GPUs are visible.

@@ -1,6 +1,6 @@
 """Live source display: read code from the installed packages, never from pasted copies.
 
-Used by: every notebook (00-18). CPU or GPU alike.
+Used by: every notebook (00-19). CPU or GPU alike.
 
 `source_view(obj)` returns a `SourceView` (data, testable); `show_source(obj)` displays it as a
 highlighted block headed by the dotted name, the path inside the package and a permalink pinned

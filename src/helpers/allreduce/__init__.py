@@ -3,7 +3,7 @@
 Used by: notebook 05 (all-reduce from scratch), tests/test_allreduce.py, benchmarks/allreduce.py.
 Runs inside a process group started by `helpers.launch.launch`: gloo on CPU, or NCCL with one
 GPU per rank (tensors live on `helpers.launch.current_device()`; the tests and notebook 05 run
-gloo only, the NCCL path is untested here). The pure parts (ring and pipeline simulations,
+gloo only, the NCCL path is untested here). The pure parts (the ring and pipelined-ring simulations,
 byte formulas, alpha-beta model, step text) need no process group.
 
     naive_allreduce(t)           every rank sends its whole tensor to every other rank, then sums
@@ -54,7 +54,7 @@ from .harness import (
     busbw_gbps,
     count_p2p,
     expected_p2p,
-    pipeline_timeline_text,
+    pipelined_ring_text,
     profile_ring,
     profile_worker,
     resolve_algorithm,
@@ -117,7 +117,7 @@ __all__ = [
     "simulate_ring",
     "PipelinedRingEvent",
     "simulate_pipelined_ring",
-    "pipeline_timeline_text",
+    "pipelined_ring_text",
     "ring_step_html",
     "ring_step_text",
     "ring_step_viewer",

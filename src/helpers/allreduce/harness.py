@@ -1,7 +1,8 @@
 """All-reduce from scratch: the harness.
 
-What runs, counts, times and draws the lesson (`lesson.py` beside this file): the workers and probes
-the notebooks do not show, summaries, pictures. It imports from the lesson, never the reverse.
+What the notebooks run around the lesson (`lesson.py` beside this file) without showing it: other
+workers, probes, the counters' context managers, summaries, pictures and the step viewer's entry
+point. It imports from the lesson, never the reverse.
 
 Used by: notebook 05.
 """
@@ -37,7 +38,7 @@ from .lesson import (
 
 @dataclass
 class P2PCount:
-    """What one rank sent and received through `p2p_round` while a `count_p2p()` was open."""
+    """What one rank posted and received through `p2p_post` while a `count_p2p()` was open."""
 
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -55,7 +56,8 @@ _Number = int | float
 
 @contextlib.contextmanager
 def count_p2p() -> Iterator[P2PCount]:
-    """Count the bytes, messages and steps that `p2p_round` moves on this rank inside the block."""
+    """Count the bytes and messages this rank posts with `p2p_post` inside the block, and the
+    steps (the rounds of `p2p_round` and of the pipelined ring)."""
     counter = P2PCount()
     _ACTIVE.append(counter)
     try:
@@ -313,7 +315,7 @@ def simulate_pipelined_ring(
     return events
 
 
-def pipeline_timeline_text(events: Sequence[PipelinedRingEvent], unit: float = 1.0) -> str:
+def pipelined_ring_text(events: Sequence[PipelinedRingEvent], unit: float = 1.0) -> str:
     """A text Gantt chart of `simulate_pipelined_ring` events: one row per rank and kind, one column
     per `unit` of time, the chunk number where busy and '.' where idle."""
     end = max(e.end for e in events)

@@ -1,9 +1,14 @@
 """All-reduce from scratch: the lesson.
 
-The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
-a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); what runs,
-counts, times and draws it is `harness.py` beside this file, and the package (`helpers.allreduce`)
-re-exports both.
+The code the notebook teaches, in the order the notebook first shows it (what a definition calls may
+come just before it). Every top-level definition here is shown by a notebook (`show_source`) or
+called, anywhere in its body, by one that is, so the counting and timing that shown code does itself
+stays here.
+
+What the notebooks run without showing it (other workers, the counters' context managers, summaries,
+pictures, the step viewer) is `harness.py` beside this file. This file's source imports no harness;
+importing it through the package (`helpers.allreduce`, which re-exports both) still loads the
+harness. tests/test_code_map.py checks the order and these rules.
 
 Used by: notebook 05.
 """
@@ -19,12 +24,17 @@ import torch.distributed as dist
 
 from helpers.launch import current_device
 
-# --------------------------------------------------------------------------- byte accounting
-
-
 # the open counters (`helpers.allreduce.harness.count_p2p` opens a `P2PCount`); nested counters
 # all see every message
 _ACTIVE: list[Any] = []
+_HEADER_DIMS = 12  # dims carried by the agreement header; more are summarized by numel
+_DTYPE_NAMES = sorted({str(v) for v in vars(torch).values() if isinstance(v, torch.dtype)})
+_OPS = ("SUM", "AVG")
+_RECV_BUFFERS: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+_PROFILES: list[dict[str, float]] = []  # open `harness.profile_ring()` blocks
+
+
+# -- 05 · 2. Three algorithms on send and recv ----------------------------------------------------
 
 
 def p2p_post(
@@ -36,7 +46,7 @@ def p2p_post(
     """Post each send (tensor, peer) and receive (tensor, peer) without waiting; return the works.
 
     Peers are ranks inside `group`. Every point-to-point message of this module is posted here,
-    which is what `count_p2p` observes (bytes and messages; steps are counted by the callers).
+    which is what `harness.count_p2p` observes (bytes and messages; the callers count the steps).
     The sends and receives go out in one `dist.batch_isend_irecv` call, which a backend that
     supports coalescing (NCCL) issues as one group; gloo gets one isend/irecv per op.
     """
@@ -76,9 +86,6 @@ def p2p_round(
         work.wait()
 
 
-# --------------------------------------------------------------------------- argument checks
-
-
 def _op_name(op: Any) -> str:
     name = op.upper() if isinstance(op, str) else getattr(op, "name", str(op)).upper()
     if name not in ("SUM", "AVG"):
@@ -86,9 +93,14 @@ def _op_name(op: Any) -> str:
     return name
 
 
-_HEADER_DIMS = 12  # dims carried by the agreement header; more are summarized by numel
-_DTYPE_NAMES = sorted({str(v) for v in vars(torch).values() if isinstance(v, torch.dtype)})
-_OPS = ("SUM", "AVG")
+def _describe(header: list[int]) -> str:
+    ndim, numel, dtype, op, segments = header[:5]
+    dims = [str(d) for d in header[5 : 5 + min(ndim, _HEADER_DIMS)]]
+    if ndim > _HEADER_DIMS:
+        dims.append(f"... ({numel} elements)")
+    shape = "(" + ", ".join(dims) + ("," if ndim == 1 else "") + ")"
+    text = f"shape {shape} {_DTYPE_NAMES[dtype].removeprefix('torch.')} {_OPS[op]}"
+    return text + (f" in {segments} segments" if segments else "")
 
 
 def check_agreement(
@@ -116,16 +128,6 @@ def check_agreement(
             "all-reduce inputs disagree across ranks (every rank must pass the same shape, "
             f"dtype and op; nothing was sent): {described}"
         )
-
-
-def _describe(header: list[int]) -> str:
-    ndim, numel, dtype, op, segments = header[:5]
-    dims = [str(d) for d in header[5 : 5 + min(ndim, _HEADER_DIMS)]]
-    if ndim > _HEADER_DIMS:
-        dims.append(f"... ({numel} elements)")
-    shape = "(" + ", ".join(dims) + ("," if ndim == 1 else "") + ")"
-    text = f"shape {shape} {_DTYPE_NAMES[dtype].removeprefix('torch.')} {_OPS[op]}"
-    return text + (f" in {segments} segments" if segments else "")
 
 
 def _prepare(
@@ -158,9 +160,6 @@ def _finish(tensor: torch.Tensor, flat: torch.Tensor, name: str, world_size: int
     if not tensor.is_contiguous():  # flat was a contiguous copy: write the result back
         tensor.copy_(flat.view(tensor.shape))
     return tensor
-
-
-# --------------------------------------------------------------------------- the algorithms
 
 
 def naive_allreduce(
@@ -241,9 +240,6 @@ def ring_schedule(rank: int, world_size: int, step: int) -> tuple[str, int, int]
     return "all-gather", (rank + 1 - s) % n, (rank - s) % n
 
 
-_RECV_BUFFERS: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
-
-
 def _recv_buffer(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A (numel,) receive buffer kept between calls (per dtype and device), so that repeated
     calls reuse one allocation instead of asking the allocator for a new multi-MiB buffer."""
@@ -281,7 +277,15 @@ def ring_allreduce(
     return _finish(tensor, flat, name, world_size)
 
 
-_PROFILES: list[dict[str, float]] = []  # open `profile_ring()` blocks
+def unchecked_mismatch_worker(rank: int, world_size: int) -> list[float]:
+    """Rank r passes 5 + r elements to `ring_allreduce` with the agreement check turned off:
+    what the check protects against (on gloo the process receiving too much data aborts)."""
+    x = torch.ones(5 + rank, device=current_device())
+    ring_allreduce(x, check=False)
+    return x.tolist()
+
+
+# -- 05 · 4. The pipelined ring -------------------------------------------------------------------
 
 
 def _timed(key: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -379,6 +383,9 @@ ALGORITHMS = {
 }
 
 
+# -- 05 · 6. Time: the alpha-beta model -----------------------------------------------------------
+
+
 def alpha_beta_time(
     algorithm: str, nbytes: float, world_size: int, alpha: float, beta: float
 ) -> float:
@@ -404,12 +411,7 @@ def alpha_beta_time(
     raise ValueError(f"unknown algorithm {algorithm!r}: use one of {sorted(ALGORITHMS)}")
 
 
-def unchecked_mismatch_worker(rank: int, world_size: int) -> list[float]:
-    """Rank r passes 5 + r elements to `ring_allreduce` with the agreement check turned off:
-    what the check protects against (on gloo the process receiving too much data aborts)."""
-    x = torch.ones(5 + rank, device=current_device())
-    ring_allreduce(x, check=False)
-    return x.tolist()
+# -- 05 · 8. Then vs now --------------------------------------------------------------------------
 
 
 def library_facts_worker(rank: int, world_size: int) -> dict[str, Any]:

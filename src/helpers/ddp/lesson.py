@@ -1,9 +1,14 @@
 """DDP, read by running it: the lesson.
 
-The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
-a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); what runs,
-counts, times and draws it is `harness.py` beside this file, and the package
-(`helpers.ddp`) re-exports both.
+The code the notebook teaches, in the order the notebook first shows it (what a definition calls may
+come just before it). Every top-level definition here is shown by a notebook (`show_source`) or
+called, anywhere in its body, by one that is, so the counting and timing that shown code does itself
+stays here.
+
+What the notebooks run without showing it (other workers, the counters' context managers, summaries,
+pictures, the step viewer) is `harness.py` beside this file. This file's source imports no harness;
+importing it through the package (`helpers.ddp`, which re-exports both) still loads the harness.
+tests/test_code_map.py checks the order and these rules.
 
 Used by: notebooks 06, 07 and 08.
 """
@@ -23,35 +28,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers.launch import current_device
 
-
-def rebuild_worker(
-    rank: int, world_size: int, options: list[dict], steps: int = 4
-) -> list[dict[str, Any]]:
-    """When the Reducer rebuilds its buckets, per DDP option dict: the measured side of the
-    C++ rule `Reducer::should_rebuild_buckets` (reducer.hpp, shipped in the wheel).
-
-    `make_wide_mlp` (about 1.5 MiB) is wrapped with each option and trained `steps` steps with
-    `count_allreduce_hook` registered; per option: the bucket sizes in bytes at construction
-    (the logging data's `bucket_sizes`) and, per step, the byte size of each bucket the hook
-    was handed, in the order it was handed them.
-    """
-    out = []
-    for kwargs in options:
-        ddp = wrap_ddp(make_wide_mlp(seed=0), **kwargs)
-        initial = [int(s) for s in ddp._get_ddp_logging_data()["bucket_sizes"].split(", ")]
-        counter = attach_counter(ddp)
-        for step in range(steps):
-            counter.step = step
-            x = _rank_batch(rank, 4, 256, seed=step).to(current_device())  # (4, 256)
-            ddp(x).square().mean().backward()
-        per_step = [
-            [c["numel"] * 4 for c in counter.calls if c["step"] == step] for step in range(steps)
-        ]  # float32: 4 bytes per element
-        out.append({"initial": initial, "per_step": per_step})
-    return out
+# -- 06 · 1. A model's state is parameters and buffers: DDP broadcasts both at ... ----------------
 
 
-# ---------------------------------------------------------------------------------------------
 # models and plumbing
 
 
@@ -61,26 +40,12 @@ def make_bn_net(seed: int = 0) -> nn.Sequential:
     return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
 
 
-def make_mlp(seed: int = 0) -> nn.Sequential:
-    """The DDP notebooks' model: Linear(8, 16) -> ReLU -> Linear(16, 4), seeded, no buffers.
-
-    Without buffers (no BatchNorm) one DDP step matches one step on the concatenated batch up to
-    float rounding. (Not `compile_tools`' width/depth-configurable MLP.)
-    """
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-
-
-def make_wide_mlp(seed: int = 0) -> nn.Sequential:
-    """Linear(256, 512) -> ReLU -> Linear(512, 512) -> ReLU -> Linear(512, 10): about 1.5 MiB.
-
-    Big enough that DDP's default buckets (first bucket 1 MiB, then 25 MiB) split it in two once
-    the Reducer rebuilds them after the first iteration (notebook 06 measures it).
-    """
-    torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
-    )
+def _diverged_bn_net(rank: int) -> nn.Sequential:
+    """A BN net whose parameters and buffers differ on every rank."""
+    model = make_bn_net(seed=rank)
+    model[1].running_mean.fill_(rank + 1.0)
+    model[1].num_batches_tracked.fill_(10 * rank)
+    return model
 
 
 def wrap_ddp(model: nn.Module, **kwargs: Any) -> DDP:
@@ -89,6 +54,109 @@ def wrap_ddp(model: nn.Module, **kwargs: Any) -> DDP:
     model.to(device)
     device_ids = [device.index] if device.type == "cuda" else None
     return DDP(model, device_ids=device_ids, **kwargs)
+
+
+def _rounded(x: float | torch.Tensor, nd: int = 4) -> float:
+    """`x` as a Python float rounded to `nd` digits: stable text for stored outputs."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+    return round(float(x), nd)
+
+
+# 06: state at construction, buffers during training
+
+
+def _state_probe(model: nn.Sequential) -> dict[str, float]:
+    return {
+        "0.weight[0,0]": _rounded(model[0].weight[0, 0]),
+        "1.running_mean[0]": _rounded(model[1].running_mean[0]),
+        "1.num_batches_tracked": int(model[1].num_batches_tracked),
+    }
+
+
+def init_broadcast_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Parameters and buffers per rank before and after `DDP(...)`, for several options.
+
+    For each constructor option it also returns the warnings the constructor raised
+    (category and first words), caught here so they never reach a notebook's stderr.
+    """
+    model = _diverged_bn_net(rank)
+    out: dict[str, Any] = {"before": _state_probe(model)}
+    wrap_ddp(model)
+    out["after"] = _state_probe(model)
+    out["options"] = {}
+    for label, kwargs in [
+        ("default", {}),
+        ("forward_sync_buffers=False", {"forward_sync_buffers": False}),
+        ("broadcast_buffers=True", {"broadcast_buffers": True}),
+        ("broadcast_buffers=False", {"broadcast_buffers": False}),
+    ]:
+        model = _diverged_bn_net(rank)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ddp = wrap_ddp(model, **kwargs)
+        out["options"][label] = {
+            **_state_probe(model),
+            "forward_sync_buffers": ddp.forward_sync_buffers,
+            "warnings": [
+                f"{w.category.__name__}: {' '.join(str(w.message).split()[:6])}" for w in caught
+            ],
+        }
+    return out
+
+
+# -- 06 · 2. Buffers during training: `forward_sync_buffers` (the old ... -------------------------
+
+
+def _rank_batch(rank: int, n: int, features: int, seed: int, offset: float = 0.0) -> torch.Tensor:
+    """A batch only this rank sees: (n, features), reproducible from (seed, rank)."""
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    return torch.randn(n, features, generator=g) + offset * rank
+
+
+def buffer_sync_worker(rank: int, world_size: int, schedule: list[str]) -> dict[str, Any]:
+    """BatchNorm running_mean[0] per forward: as the module sees it, and after the forward.
+
+    `schedule` lists forwards: "train", "eval", "train+no_grad", "eval+no_grad". Each rank feeds
+    its own batch (shifted by 3*rank so the ranks' statistics differ). Runs with the default
+    (forward_sync_buffers=True) and with forward_sync_buffers=False. Also checks that rank 0's
+    final running stats equal a plain BatchNorm fed rank 0's batches only.
+    """
+    out: dict[str, Any] = {}
+    for label, kwargs in [("sync", {}), ("no sync", {"forward_sync_buffers": False})]:
+        model = make_bn_net(seed=0)
+        ddp = wrap_ddp(model, **kwargs)
+        reference = copy.deepcopy(model)  # rank 0's state, never wrapped
+        seen: list[float] = []
+        model.register_forward_pre_hook(
+            lambda m, args, seen=seen: seen.append(_rounded(m[1].running_mean[0]))
+        )
+        after, batches = [], []
+        for step, mode in enumerate(schedule):
+            x = _rank_batch(rank, 8, 4, seed=step, offset=3.0).to(current_device())  # (8, 4)
+            model.train(mode.startswith("train"))
+            if "no_grad" in mode:
+                with torch.no_grad():
+                    ddp(x)
+            else:
+                ddp(x).sum().backward()
+            after.append(_rounded(model[1].running_mean[0]))
+            batches.append(_rank_batch(0, 8, 4, seed=step, offset=3.0).to(current_device()))
+        with torch.no_grad():  # a plain model fed rank 0's batches in the same modes
+            for mode, x in zip(schedule, batches, strict=True):
+                reference.train(mode.startswith("train"))
+                reference(x)
+        out[label] = {
+            "seen": seen,
+            "after": after,
+            "matches_rank0_only_bn": bool(
+                torch.allclose(reference[1].running_mean, model[1].running_mean)
+            ),
+        }
+    return out
+
+
+# -- 06 · 4. Gradient synchronisation: autograd hooks, the Reducer's buckets, a counting ... ------
 
 
 class CommCounter:
@@ -134,123 +202,18 @@ def attach_counter(ddp: DDP) -> CommCounter:
     return state
 
 
-def _rank_batch(rank: int, n: int, features: int, seed: int, offset: float = 0.0) -> torch.Tensor:
-    """A batch only this rank sees: (n, features), reproducible from (seed, rank)."""
-    g = torch.Generator().manual_seed(seed * 1000 + rank)
-    return torch.randn(n, features, generator=g) + offset * rank
+def make_wide_mlp(seed: int = 0) -> nn.Sequential:
+    """Linear(256, 512) -> ReLU -> Linear(512, 512) -> ReLU -> Linear(512, 10): about 1.5 MiB.
 
-
-def _flat_params(module: nn.Module) -> torch.Tensor:
-    """All parameters of `module` as one flat CPU float tensor."""
-    return torch.cat([p.detach().reshape(-1).float().cpu() for p in module.parameters()])
-
-
-def _flat_grads(module: nn.Module) -> torch.Tensor:
-    """All `.grad`s of `module` as one flat CPU float tensor (every parameter must have one)."""
-    return torch.cat([p.grad.reshape(-1).float().cpu() for p in module.parameters()])
-
-
-def _rounded(x: float | torch.Tensor, nd: int = 4) -> float:
-    """`x` as a Python float rounded to `nd` digits: stable text for stored outputs."""
-    if isinstance(x, torch.Tensor):
-        x = x.detach()
-    return round(float(x), nd)
-
-
-# ---------------------------------------------------------------------------------------------
-# 06: state at construction, buffers during training
-
-
-def _state_probe(model: nn.Sequential) -> dict[str, float]:
-    return {
-        "0.weight[0,0]": _rounded(model[0].weight[0, 0]),
-        "1.running_mean[0]": _rounded(model[1].running_mean[0]),
-        "1.num_batches_tracked": int(model[1].num_batches_tracked),
-    }
-
-
-def _diverged_bn_net(rank: int) -> nn.Sequential:
-    """A BN net whose parameters and buffers differ on every rank."""
-    model = make_bn_net(seed=rank)
-    model[1].running_mean.fill_(rank + 1.0)
-    model[1].num_batches_tracked.fill_(10 * rank)
-    return model
-
-
-def init_broadcast_worker(rank: int, world_size: int) -> dict[str, Any]:
-    """Parameters and buffers per rank before and after `DDP(...)`, for several options.
-
-    For each constructor option it also returns the warnings the constructor raised
-    (category and first words), caught here so they never reach a notebook's stderr.
+    Big enough that DDP's default buckets (first bucket 1 MiB, then 25 MiB) split it in two once
+    the Reducer rebuilds them after the first iteration (notebook 06 measures it).
     """
-    model = _diverged_bn_net(rank)
-    out: dict[str, Any] = {"before": _state_probe(model)}
-    wrap_ddp(model)
-    out["after"] = _state_probe(model)
-    out["options"] = {}
-    for label, kwargs in [
-        ("default", {}),
-        ("forward_sync_buffers=False", {"forward_sync_buffers": False}),
-        ("broadcast_buffers=True", {"broadcast_buffers": True}),
-        ("broadcast_buffers=False", {"broadcast_buffers": False}),
-    ]:
-        model = _diverged_bn_net(rank)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            ddp = wrap_ddp(model, **kwargs)
-        out["options"][label] = {
-            **_state_probe(model),
-            "forward_sync_buffers": ddp.forward_sync_buffers,
-            "warnings": [
-                f"{w.category.__name__}: {' '.join(str(w.message).split()[:6])}" for w in caught
-            ],
-        }
-    return out
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+    )
 
 
-def buffer_sync_worker(rank: int, world_size: int, schedule: list[str]) -> dict[str, Any]:
-    """BatchNorm running_mean[0] per forward: as the module sees it, and after the forward.
-
-    `schedule` lists forwards: "train", "eval", "train+no_grad", "eval+no_grad". Each rank feeds
-    its own batch (shifted by 3*rank so the ranks' statistics differ). Runs with the default
-    (forward_sync_buffers=True) and with forward_sync_buffers=False. Also checks that rank 0's
-    final running stats equal a plain BatchNorm fed rank 0's batches only.
-    """
-    out: dict[str, Any] = {}
-    for label, kwargs in [("sync", {}), ("no sync", {"forward_sync_buffers": False})]:
-        model = make_bn_net(seed=0)
-        ddp = wrap_ddp(model, **kwargs)
-        reference = copy.deepcopy(model)  # rank 0's state, never wrapped
-        seen: list[float] = []
-        model.register_forward_pre_hook(
-            lambda m, args, seen=seen: seen.append(_rounded(m[1].running_mean[0]))
-        )
-        after, batches = [], []
-        for step, mode in enumerate(schedule):
-            x = _rank_batch(rank, 8, 4, seed=step, offset=3.0).to(current_device())  # (8, 4)
-            model.train(mode.startswith("train"))
-            if "no_grad" in mode:
-                with torch.no_grad():
-                    ddp(x)
-            else:
-                ddp(x).sum().backward()
-            after.append(_rounded(model[1].running_mean[0]))
-            batches.append(_rank_batch(0, 8, 4, seed=step, offset=3.0).to(current_device()))
-        with torch.no_grad():  # a plain model fed rank 0's batches in the same modes
-            for mode, x in zip(schedule, batches, strict=True):
-                reference.train(mode.startswith("train"))
-                reference(x)
-        out[label] = {
-            "seen": seen,
-            "after": after,
-            "matches_rank0_only_bn": bool(
-                torch.allclose(reference[1].running_mean, model[1].running_mean)
-            ),
-        }
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # 06: buckets and the equivalence check
 
 
@@ -304,6 +267,53 @@ def bucket_worker(rank: int, world_size: int, steps: int = 3) -> dict[str, Any]:
     return out
 
 
+def rebuild_worker(
+    rank: int, world_size: int, options: list[dict], steps: int = 4
+) -> list[dict[str, Any]]:
+    """When the Reducer rebuilds its buckets, per DDP option dict: the measured side of the
+    C++ rule `Reducer::should_rebuild_buckets` (reducer.hpp, shipped in the wheel).
+
+    `make_wide_mlp` (about 1.5 MiB) is wrapped with each option and trained `steps` steps with
+    `count_allreduce_hook` registered; per option: the bucket sizes in bytes at construction
+    (the logging data's `bucket_sizes`) and, per step, the byte size of each bucket the hook
+    was handed, in the order it was handed them.
+    """
+    out = []
+    for kwargs in options:
+        ddp = wrap_ddp(make_wide_mlp(seed=0), **kwargs)
+        initial = [int(s) for s in ddp._get_ddp_logging_data()["bucket_sizes"].split(", ")]
+        counter = attach_counter(ddp)
+        for step in range(steps):
+            counter.step = step
+            x = _rank_batch(rank, 4, 256, seed=step).to(current_device())  # (4, 256)
+            ddp(x).square().mean().backward()
+        per_step = [
+            [c["numel"] * 4 for c in counter.calls if c["step"] == step] for step in range(steps)
+        ]  # float32: 4 bytes per element
+        out.append({"initial": initial, "per_step": per_step})
+    return out
+
+
+def make_mlp(seed: int = 0) -> nn.Sequential:
+    """The DDP notebooks' model: Linear(8, 16) -> ReLU -> Linear(16, 4), seeded, no buffers.
+
+    Without buffers (no BatchNorm) one DDP step matches one step on the concatenated batch up to
+    float rounding. (Not `compile_tools`' width/depth-configurable MLP.)
+    """
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def _flat_params(module: nn.Module) -> torch.Tensor:
+    """All parameters of `module` as one flat CPU float tensor."""
+    return torch.cat([p.detach().reshape(-1).float().cpu() for p in module.parameters()])
+
+
+def _flat_grads(module: nn.Module) -> torch.Tensor:
+    """All `.grad`s of `module` as one flat CPU float tensor (every parameter must have one)."""
+    return torch.cat([p.grad.reshape(-1).float().cpu() for p in module.parameters()])
+
+
 def _one_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     optimizer.zero_grad()
@@ -340,7 +350,21 @@ def equivalence_worker(
     return out
 
 
-# ---------------------------------------------------------------------------------------------
+def jobs_worker(
+    rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], tuple]]
+) -> dict[str, Any]:
+    """Run several workers in one launch: {worker's name: its result}.
+
+    `jobs` lists (worker function, extra args); the functions travel to the ranks pickled by
+    reference, so they must be module-level (like every worker here). One process-group
+    start-up pays for all of them.
+    """
+    return {fn.__name__: fn(rank, world_size, *args) for fn, args in jobs}
+
+
+# -- 08 · 2. Local gradients inside, averaged after the next synced step --------------------------
+
+
 # 08: no_sync, accumulation, the pitfall, mixed precision
 
 
@@ -374,6 +398,9 @@ def no_sync_worker(rank: int, world_size: int) -> dict[str, Any]:
         both(x).square().mean().backward()
     out["grad_both_synced"] = _flat_grads(both.module).tolist()
     return out
+
+
+# -- 08 · 3. K-step accumulation with `no_sync` == one large-batch step, with K times ... ---------
 
 
 def accumulation_step(
@@ -426,27 +453,9 @@ def accumulation_worker(
     return out
 
 
-def pitfall_worker(rank: int, world_size: int) -> dict[str, Any]:
-    """Where the forward runs decides: forward outside `no_sync` + backward inside still syncs."""
-    out: dict[str, Any] = {}
-    x = _rank_batch(rank, 4, 8, seed=3, offset=1.0).to(current_device())
-    for label in ("forward outside, backward inside", "forward inside, backward outside"):
-        model = make_mlp(seed=0)
-        ddp = wrap_ddp(model)
-        counter = attach_counter(ddp)
-        if label.startswith("forward outside"):
-            loss = ddp(x).square().mean()
-            with ddp.no_sync():
-                loss.backward()
-        else:
-            with ddp.no_sync():
-                loss = ddp(x).square().mean()
-            loss.backward()
-        out[label] = {"allreduces": counter.count(), "grad": _flat_grads(model).tolist()}
-    return out
+# -- 08 · 4. How large should K be? ---------------------------------------------------------------
 
 
-# ---------------------------------------------------------------------------------------------
 # 08: how large K may be (pure, one process: K-step accumulation == one step on K times the batch)
 
 
@@ -490,7 +499,32 @@ def accumulation_epochs(
     return out
 
 
-# ---------------------------------------------------------------------------------------------
+# -- 08 · 5. The pitfall: the forward decides -----------------------------------------------------
+
+
+def pitfall_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Where the forward runs decides: forward outside `no_sync` + backward inside still syncs."""
+    out: dict[str, Any] = {}
+    x = _rank_batch(rank, 4, 8, seed=3, offset=1.0).to(current_device())
+    for label in ("forward outside, backward inside", "forward inside, backward outside"):
+        model = make_mlp(seed=0)
+        ddp = wrap_ddp(model)
+        counter = attach_counter(ddp)
+        if label.startswith("forward outside"):
+            loss = ddp(x).square().mean()
+            with ddp.no_sync():
+                loss.backward()
+        else:
+            with ddp.no_sync():
+                loss = ddp(x).square().mean()
+            loss.backward()
+        out[label] = {"allreduces": counter.count(), "grad": _flat_grads(model).tolist()}
+    return out
+
+
+# -- 08 · 6. Unused parameters under `no_sync`: `find_unused_parameters=True` ---------------------
+
+
 # 08: unused parameters under no_sync (find_unused_parameters=True)
 
 
@@ -560,7 +594,9 @@ def unused_params_worker(rank: int, world_size: int) -> dict[str, Any]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
+# -- 08 · 7. Mixed precision in a DDP step: `torch.autocast` and `GradScaler` ---------------------
+
+
 # 08: mixed precision
 
 
@@ -628,15 +664,3 @@ def amp_worker(rank: int, world_size: int) -> dict[str, Any]:
     out["scale_after"] = scaler.get_scale()
     out["params_changed"] = bool((_flat_params(model) != before).any())
     return out
-
-
-def jobs_worker(
-    rank: int, world_size: int, jobs: list[tuple[Callable[..., Any], tuple]]
-) -> dict[str, Any]:
-    """Run several workers in one launch: {worker's name: its result}.
-
-    `jobs` lists (worker function, extra args); the functions travel to the ranks pickled by
-    reference, so they must be module-level (like every worker here). One process-group
-    start-up pays for all of them.
-    """
-    return {fn.__name__: fn(rank, world_size, *args) for fn, args in jobs}

@@ -1,9 +1,14 @@
 """Expert parallelism (a mixture-of-experts layer): the lesson.
 
-The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
-a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); what runs,
-counts, times and draws it is `harness.py` beside this file, and the package
-(`helpers.expert_parallel`) re-exports both.
+The code the notebook teaches, in the order the notebook first shows it (what a definition calls may
+come just before it). Every top-level definition here is shown by a notebook (`show_source`) or
+called, anywhere in its body, by one that is, so the counting and timing that shown code does itself
+stays here.
+
+What the notebooks run without showing it (other workers, the counters' context managers, summaries,
+pictures, the step viewer) is `harness.py` beside this file. This file's source imports no harness;
+importing it through the package (`helpers.expert_parallel`, which re-exports both) still loads the
+harness. tests/test_code_map.py checks the order and these rules.
 
 Used by: notebook 17.
 """
@@ -19,6 +24,12 @@ import torch.distributed as dist
 
 HIDDEN, FFN, EXPERTS, TOP_K, TOKENS = 8, 16, 4, 2, 12  # h, f, E, k, T (tokens per rank)
 _FLOAT_BYTES = 4  # float32 rows
+EXCHANGE_LOG: list[dict[str, Any]] = []  # every exchange of this process, in order
+_PHASE = ["forward"]
+EXCHANGES = ("function", "functional")
+
+
+# -- 17 · 7. A mixture of experts over `all_to_all_single` ----------------------------------------
 
 
 @dataclass
@@ -39,22 +50,6 @@ class MoEParams:
         for t in self.__dict__.values():
             t.requires_grad_()
         return self
-
-
-def check_config(experts: int, world_size: int, k: int, capacity_factor: float | None) -> int:
-    """Experts per rank E / N; a ValueError saying what is wrong otherwise."""
-    if world_size < 1 or experts < 1:
-        raise ValueError(f"need experts >= 1 and world_size >= 1, got {experts} and {world_size}")
-    if experts % world_size:
-        raise ValueError(
-            f"expert parallelism needs the number of experts divisible by the world size: "
-            f"{experts} experts cannot be split evenly over {world_size} ranks"
-        )
-    if not 1 <= k <= experts:
-        raise ValueError(f"top-k routing needs 1 <= k <= experts ({experts}), got k={k}")
-    if capacity_factor is not None and capacity_factor <= 0:
-        raise ValueError(f"capacity_factor must be positive (or None), got {capacity_factor}")
-    return experts // world_size
 
 
 def capacity(tokens: int, k: int, experts: int, capacity_factor: float | None) -> int | None:
@@ -121,9 +116,20 @@ def moe_reference(
     return y, stats
 
 
-# ---------------------------------------------------------------- the exchange
-EXCHANGE_LOG: list[dict[str, Any]] = []  # every exchange of this process, in order
-_PHASE = ["forward"]
+def check_config(experts: int, world_size: int, k: int, capacity_factor: float | None) -> int:
+    """Experts per rank E / N; a ValueError saying what is wrong otherwise."""
+    if world_size < 1 or experts < 1:
+        raise ValueError(f"need experts >= 1 and world_size >= 1, got {experts} and {world_size}")
+    if experts % world_size:
+        raise ValueError(
+            f"expert parallelism needs the number of experts divisible by the world size: "
+            f"{experts} experts cannot be split evenly over {world_size} ranks"
+        )
+    if not 1 <= k <= experts:
+        raise ValueError(f"top-k routing needs 1 <= k <= experts ({experts}), got k={k}")
+    if capacity_factor is not None and capacity_factor <= 0:
+        raise ValueError(f"capacity_factor must be positive (or None), got {capacity_factor}")
+    return experts // world_size
 
 
 def _log_exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int], what: str) -> None:
@@ -179,9 +185,6 @@ def _functional_exchange(x: torch.Tensor, out_splits, in_splits, what: str) -> t
     out = fc.all_to_all_single(x.contiguous(), list(out_splits), list(in_splits), dist.group.WORLD)
     _log_exchange(x, list(out_splits), list(in_splits), what)
     return fc.wait_tensor(out)
-
-
-EXCHANGES = ("function", "functional")
 
 
 def moe_expert_parallel(
@@ -240,6 +243,9 @@ def moe_expert_parallel(
         "recv_counts": recv_counts,
     }
     return y, info
+
+
+# -- 17 · 8. Capacity, dropped tokens, bytes and expert load --------------------------------------
 
 
 def exchange_bytes_formula(per_rank: list[dict], row_bytes: int = HIDDEN * _FLOAT_BYTES) -> list:

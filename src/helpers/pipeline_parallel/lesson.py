@@ -1,9 +1,14 @@
 """Pipeline parallelism: the lesson.
 
-The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
-a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); what runs,
-counts, times and draws it is `harness.py` beside this file, and the package
-(`helpers.pipeline_parallel`) re-exports both.
+The code the notebook teaches, in the order the notebook first shows it (what a definition calls may
+come just before it). Every top-level definition here is shown by a notebook (`show_source`) or
+called, anywhere in its body, by one that is, so the counting and timing that shown code does itself
+stays here.
+
+What the notebooks run without showing it (other workers, the counters' context managers, summaries,
+pictures, the step viewer) is `harness.py` beside this file. This file's source imports no harness;
+importing it through the package (`helpers.pipeline_parallel`, which re-exports both) still loads
+the harness. tests/test_code_map.py checks the order and these rules.
 
 Used by: notebook 16.
 """
@@ -23,7 +28,6 @@ from torch import nn
 WIDTH = 8  # features of every block
 BATCH = 16  # samples per step (split into m micro-batches)
 SEED = 0
-
 #: The library's schedules this notebook runs, by name, with the stage layout they need:
 #: "loop" puts stage s on rank s % p, "v" puts stages r and 2p-1-r on rank r.
 SCHEDULES = {
@@ -34,13 +38,12 @@ SCHEDULES = {
     "ScheduleInterleavedZeroBubble": "loop",
     "ScheduleZBVZeroBubble": "v",
 }
+#: An action is a tuple (stage, kind, micro-batch) with kind "F" (forward), "B" (full backward),
+#: "I" (backward for the input only) or "W" (backward for the weights only).
+Action = tuple[int, str, int]
 
 
-class PipelineTimeout(RuntimeError):
-    """A point-to-point operation did not complete in time; the message names both ranks."""
-
-
-# ----------------------------------------------------------------------------------- the model
+# -- 16 · 1. A model cut into stages, a batch cut into micro-batches ------------------------------
 
 
 class _Sleep(torch.autograd.Function):
@@ -56,6 +59,13 @@ class _Sleep(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         time.sleep(2 * ctx.delay)
         return grad, None
+
+
+class _Box:
+    __slots__ = ("t", "__weakref__")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
 
 
 class SavedBytes:
@@ -88,13 +98,6 @@ class SavedBytes:
         return box.t
 
 
-class _Box:
-    __slots__ = ("t", "__weakref__")
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self.t = t
-
-
 class Block(nn.Module):
     """Linear(WIDTH, WIDTH) + Tanh; with `delay_s` > 0 it also sleeps (a stand-in for compute)."""
 
@@ -117,6 +120,51 @@ class Block(nn.Module):
         return torch.tanh(h)
 
 
+def split_microbatches(x: torch.Tensor, m: int) -> list[torch.Tensor]:
+    """`x` cut along dim 0 into `m` equal micro-batches; a clear error if `m` does not divide it."""
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"the number of micro-batches must be an int >= 1, got {m!r}")
+    if x.shape[0] % m:
+        raise ValueError(
+            f"{m} micro-batches do not divide a batch of {x.shape[0]} samples: the micro-batches "
+            "would differ in size and their averaged loss would not be the batch's mean"
+        )
+    return list(x.chunk(m))
+
+
+# -- 16 · 2. Point-to-point, and why 1F1B needs `isend`/`irecv` -----------------------------------
+
+
+def scratch_order(schedule: str, world_size: int, m: int, rank: int) -> list[Action]:
+    """The from-scratch order of compute actions of `rank`: GPipe or 1F1B, one stage per rank."""
+    if schedule == "gpipe":
+        return [(rank, "F", i) for i in range(m)] + [(rank, "B", i) for i in range(m)]
+    if schedule != "1f1b":
+        raise ValueError(f"unknown schedule {schedule!r}: use 'gpipe' or '1f1b'")
+    warmup = min(world_size - 1 - rank, m)  # forwards before the first backward
+    order = [(rank, "F", i) for i in range(warmup)]
+    for i in range(m - warmup):  # steady state: one forward, one backward
+        order += [(rank, "F", warmup + i), (rank, "B", i)]
+    return order + [(rank, "B", i) for i in range(m - warmup, m)]  # cooldown
+
+
+class PipelineTimeout(RuntimeError):
+    """A point-to-point operation did not complete in time; the message names both ranks."""
+
+
+def _wait(work: Any, what: str, rank: int, peer: int, timeout_s: float) -> None:
+    """Wait for a p2p op; a timeout raises PipelineTimeout naming both ranks and gloo's message."""
+    try:
+        work.wait(timeout=timedelta(seconds=timeout_s))
+    except RuntimeError as err:
+        if "Timed out" not in str(err):  # the peer went away: not a timeout of this rank's
+            raise RuntimeError(f"rank {rank}: {what} with rank {peer} failed: {err}") from err
+        raise PipelineTimeout(
+            f"rank {rank}: {what} with rank {peer} did not complete within {timeout_s} s "
+            f"(does rank {peer} post the matching operation?): {err}"
+        ) from err
+
+
 def make_model(n_blocks: int, seed: int = SEED) -> nn.Sequential:
     """The whole model: `n_blocks` Blocks, initialised from `seed` (the same on every rank)."""
     torch.manual_seed(seed)
@@ -134,209 +182,12 @@ def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((output - target) ** 2).mean()
 
 
-def split_microbatches(x: torch.Tensor, m: int) -> list[torch.Tensor]:
-    """`x` cut along dim 0 into `m` equal micro-batches; a clear error if `m` does not divide it."""
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"the number of micro-batches must be an int >= 1, got {m!r}")
-    if x.shape[0] % m:
-        raise ValueError(
-            f"{m} micro-batches do not divide a batch of {x.shape[0]} samples: the micro-batches "
-            "would differ in size and their averaged loss would not be the batch's mean"
-        )
-    return list(x.chunk(m))
-
-
 def _grads(blocks: nn.Module | Sequence[nn.Module], indices: Sequence[int]) -> dict[str, list]:
     out = {}
     for i, block in zip(indices, blocks, strict=True):
         for name, p in block.named_parameters():
             out[f"{i}.{name}"] = p.grad.flatten().tolist()
     return out
-
-
-# ------------------------------------------------------------------------- orders (as data)
-
-#: An action is a tuple (stage, kind, micro-batch) with kind "F" (forward), "B" (full backward),
-#: "I" (backward for the input only) or "W" (backward for the weights only).
-Action = tuple[int, str, int]
-
-
-def scratch_order(schedule: str, world_size: int, m: int, rank: int) -> list[Action]:
-    """The from-scratch order of compute actions of `rank`: GPipe or 1F1B, one stage per rank."""
-    if schedule == "gpipe":
-        return [(rank, "F", i) for i in range(m)] + [(rank, "B", i) for i in range(m)]
-    if schedule != "1f1b":
-        raise ValueError(f"unknown schedule {schedule!r}: use 'gpipe' or '1f1b'")
-    warmup = min(world_size - 1 - rank, m)  # forwards before the first backward
-    order = [(rank, "F", i) for i in range(warmup)]
-    for i in range(m - warmup):  # steady state: one forward, one backward
-        order += [(rank, "F", warmup + i), (rank, "B", i)]
-    return order + [(rank, "B", i) for i in range(m - warmup, m)]  # cooldown
-
-
-def _stand_in_stage(stage_index: int, n_stages: int, world_size: int) -> Any:
-    from unittest import mock
-
-    from torch.distributed.pipelining import PipelineStage
-
-    stage = mock.create_autospec(PipelineStage, instance=True)
-    stage.group_rank, stage.group_size, stage.submod = 0, world_size, None
-    stage.num_stages, stage.stage_index = n_stages, stage_index
-    return stage
-
-
-def _stage_indices(layout: str, rank: int, world_size: int, v: int) -> list[int]:
-    if layout == "single":
-        return [rank]
-    if layout == "loop":
-        return [rank + k * world_size for k in range(v)]
-    return [rank, 2 * world_size - 1 - rank]  # "v"
-
-
-def _as_action(a: Any) -> list[Action] | None:
-    """torch's `_Action` as plain tuples; composite ones expanded; non-compute ones dropped."""
-    if a is None:
-        return None
-    subs = getattr(a, "sub_actions", None)
-    if subs:
-        return [x for s in subs for x in (_as_action(s) or [])]
-    kind = a.computation_type.value
-    if kind not in ("F", "B", "I", "W"):
-        return []
-    return [(a.stage_index, kind, a.microbatch_index)]
-
-
-def _plain_order(pipeline_order: dict[int, list[Any]]) -> dict[int, list[Action | None]]:
-    out: dict[int, list[Action | None]] = {}
-    for rank, actions in sorted(pipeline_order.items()):
-        row: list[Action | None] = []
-        for a in actions:
-            converted = _as_action(a)
-            row += [None] if converted is None else converted
-        out[rank] = row
-    return out
-
-
-def library_plan(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list]:
-    """torch's own `pipeline_order` of schedule `name` (its `_Action`s; None for an idle slot).
-
-    Built with stand-in stages (no process group, nothing runs): `world_size` ranks, `m`
-    micro-batches, `v` stages per rank for the looped layouts. Every kind of action is kept.
-    """
-    from torch.distributed.pipelining import schedules
-
-    cls = getattr(schedules, name)
-    layout = SCHEDULES[name]
-    n_stages = world_size if layout == "single" else world_size * (2 if layout == "v" else v)
-    stages = [
-        _stand_in_stage(s, n_stages, world_size)
-        for s in _stage_indices(layout, 0, world_size, v if layout == "loop" else 2)
-    ]
-    schedule = cls(stages[0] if layout == "single" else stages, m)
-    return schedule.pipeline_order
-
-
-def library_order(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list]:
-    """`pipeline_order` of torch's schedule `name` for `world_size` ranks and `m` micro-batches.
-
-    Built with stand-in stages (no process group, nothing runs; `library_plan`); compute actions
-    only, as (stage, kind, micro-batch) tuples, None where the plan keeps an idle slot (the
-    multi-stage plans: the single-stage ones lose theirs in torch's `_add_reduce_grad`).
-    """
-    return _plain_order(library_plan(name, world_size, m, v))
-
-
-def executed_compute(order: Sequence[Action | None]) -> list[Action]:
-    """The compute actions of a row in the order a rank runs them (empty slots dropped)."""
-    return [a for a in order if a is not None]
-
-
-# ------------------------------------------------------------------------------- simulation
-
-
-def simulate(
-    orders: dict[int, Sequence[Action | None]], costs: dict[str, float] | None = None
-) -> dict[str, Any]:
-    """Replay per-rank orders against the pipeline's dependencies; timeline and idle fraction.
-
-    A forward of stage s needs stage s-1's forward of that micro-batch; a backward (B or I) of
-    stage s needs stage s+1's backward and its own forward; W needs its own I. Each rank runs
-    its actions in order, each as soon as its inputs are there. `costs` per kind default to
-    F 1, B 2, I 1, W 1. Raises RuntimeError naming the ranks if the orders deadlock.
-    """
-    costs = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, **(costs or {})}
-    rows = {r: executed_compute(o) for r, o in orders.items()}
-    n_stages = 1 + max(a[0] for row in rows.values() for a in row)
-    done: dict[tuple[int, str, int], float] = {}
-    free = {r: 0.0 for r in rows}
-    pos = {r: 0 for r in rows}
-    intervals: dict[int, list[tuple[float, float, Action]]] = {r: [] for r in rows}
-
-    def ready_at(a: Action) -> float | None:
-        stage, kind, mb = a
-        if kind == "F":
-            deps = [(stage - 1, "F", mb)] if stage > 0 else []
-        elif kind == "W":
-            deps = [(stage, "I", mb)]
-        else:
-            deps = [(stage, "F", mb)]
-            if stage < n_stages - 1:
-                later = (stage + 1, "B", mb) if (stage + 1, "B", mb) in done else None
-                deps.append(later or (stage + 1, "I", mb))
-        if any(d not in done for d in deps):
-            return None
-        return max((done[d] for d in deps), default=0.0)
-
-    remaining = sum(len(row) for row in rows.values())
-    while remaining:
-        progressed = False
-        for r, row in rows.items():
-            while pos[r] < len(row):
-                a = row[pos[r]]
-                t = ready_at(a)
-                if t is None:
-                    break
-                start = max(free[r], t)
-                end = start + costs[a[1]]
-                done[a] = end
-                free[r] = end
-                intervals[r].append((start, end, a))
-                pos[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            waiting = {r: rows[r][pos[r]] for r in rows if pos[r] < len(rows[r])}
-            raise RuntimeError(f"the orders deadlock: ranks {sorted(waiting)} wait at {waiting}")
-    makespan = max(free.values())
-    busy = {r: sum(e - s for s, e, _ in iv) for r, iv in intervals.items()}
-    idle = {r: 1 - busy[r] / makespan for r in rows}
-    return {
-        "intervals": intervals,
-        "makespan": makespan,
-        "idle": idle,
-        "idle_fraction": sum(idle.values()) / len(idle),
-    }
-
-
-def bubble_formula(world_size: int, m: int, v: int = 1) -> float:
-    """Idle fraction of GPipe/1F1B (v = 1) and interleaved 1F1B: (p-1) / (v*m + p - 1)."""
-    return (world_size - 1) / (v * m + world_size - 1)
-
-
-# ------------------------------------------------------------------------ from scratch (ranks)
-
-
-def _wait(work: Any, what: str, rank: int, peer: int, timeout_s: float) -> None:
-    """Wait for a p2p op; a timeout raises PipelineTimeout naming both ranks and gloo's message."""
-    try:
-        work.wait(timeout=timedelta(seconds=timeout_s))
-    except RuntimeError as err:
-        if "Timed out" not in str(err):  # the peer went away: not a timeout of this rank's
-            raise RuntimeError(f"rank {rank}: {what} with rank {peer} failed: {err}") from err
-        raise PipelineTimeout(
-            f"rank {rank}: {what} with rank {peer} did not complete within {timeout_s} s "
-            f"(does rank {peer} post the matching operation?): {err}"
-        ) from err
 
 
 def _check_order(order: Sequence[Action], rank: int, m: int) -> None:
@@ -483,7 +334,178 @@ def deadlock_worker(rank: int, world_size: int, run: dict[str, Any]) -> dict[str
     return {"error": None}
 
 
-# ----------------------------------------------------------------- with PyTorch's API (ranks)
+# -- 16 · 4. The schedules as data ----------------------------------------------------------------
+
+
+def _stand_in_stage(stage_index: int, n_stages: int, world_size: int) -> Any:
+    from unittest import mock
+
+    from torch.distributed.pipelining import PipelineStage
+
+    stage = mock.create_autospec(PipelineStage, instance=True)
+    stage.group_rank, stage.group_size, stage.submod = 0, world_size, None
+    stage.num_stages, stage.stage_index = n_stages, stage_index
+    return stage
+
+
+def _stage_indices(layout: str, rank: int, world_size: int, v: int) -> list[int]:
+    if layout == "single":
+        return [rank]
+    if layout == "loop":
+        return [rank + k * world_size for k in range(v)]
+    return [rank, 2 * world_size - 1 - rank]  # "v"
+
+
+def library_plan(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list]:
+    """torch's own `pipeline_order` of schedule `name` (its `_Action`s; None for an idle slot).
+
+    Built with stand-in stages (no process group, nothing runs): `world_size` ranks, `m`
+    micro-batches, `v` stages per rank for the looped layouts. Every kind of action is kept.
+    """
+    from torch.distributed.pipelining import schedules
+
+    cls = getattr(schedules, name)
+    layout = SCHEDULES[name]
+    n_stages = world_size if layout == "single" else world_size * (2 if layout == "v" else v)
+    stages = [
+        _stand_in_stage(s, n_stages, world_size)
+        for s in _stage_indices(layout, 0, world_size, v if layout == "loop" else 2)
+    ]
+    schedule = cls(stages[0] if layout == "single" else stages, m)
+    return schedule.pipeline_order
+
+
+def _as_action(a: Any) -> list[Action] | None:
+    """torch's `_Action` as plain tuples; composite ones expanded; non-compute ones dropped."""
+    if a is None:
+        return None
+    subs = getattr(a, "sub_actions", None)
+    if subs:
+        return [x for s in subs for x in (_as_action(s) or [])]
+    kind = a.computation_type.value
+    if kind not in ("F", "B", "I", "W"):
+        return []
+    return [(a.stage_index, kind, a.microbatch_index)]
+
+
+def _plain_order(pipeline_order: dict[int, list[Any]]) -> dict[int, list[Action | None]]:
+    out: dict[int, list[Action | None]] = {}
+    for rank, actions in sorted(pipeline_order.items()):
+        row: list[Action | None] = []
+        for a in actions:
+            converted = _as_action(a)
+            row += [None] if converted is None else converted
+        out[rank] = row
+    return out
+
+
+def library_order(name: str, world_size: int, m: int, v: int = 2) -> dict[int, list]:
+    """`pipeline_order` of torch's schedule `name` for `world_size` ranks and `m` micro-batches.
+
+    Built with stand-in stages (no process group, nothing runs; `library_plan`); compute actions
+    only, as (stage, kind, micro-batch) tuples, None where the plan keeps an idle slot (the
+    multi-stage plans: the single-stage ones lose theirs in torch's `_add_reduce_grad`).
+    """
+    return _plain_order(library_plan(name, world_size, m, v))
+
+
+def executed_compute(order: Sequence[Action | None]) -> list[Action]:
+    """The compute actions of a row in the order a rank runs them (empty slots dropped)."""
+    return [a for a in order if a is not None]
+
+
+def simulate(
+    orders: dict[int, Sequence[Action | None]], costs: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """Replay per-rank orders against the pipeline's dependencies; timeline and idle fraction.
+
+    A forward of stage s needs stage s-1's forward of that micro-batch; a backward (B or I) of
+    stage s needs stage s+1's backward and its own forward; W needs its own I. Each rank runs
+    its actions in order, each as soon as its inputs are there. `costs` per kind default to
+    F 1, B 2, I 1, W 1. Raises RuntimeError naming the ranks if the orders deadlock.
+    """
+    costs = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0, **(costs or {})}
+    rows = {r: executed_compute(o) for r, o in orders.items()}
+    n_stages = 1 + max(a[0] for row in rows.values() for a in row)
+    done: dict[tuple[int, str, int], float] = {}
+    free = {r: 0.0 for r in rows}
+    pos = {r: 0 for r in rows}
+    intervals: dict[int, list[tuple[float, float, Action]]] = {r: [] for r in rows}
+
+    def ready_at(a: Action) -> float | None:
+        stage, kind, mb = a
+        if kind == "F":
+            deps = [(stage - 1, "F", mb)] if stage > 0 else []
+        elif kind == "W":
+            deps = [(stage, "I", mb)]
+        else:
+            deps = [(stage, "F", mb)]
+            if stage < n_stages - 1:
+                later = (stage + 1, "B", mb) if (stage + 1, "B", mb) in done else None
+                deps.append(later or (stage + 1, "I", mb))
+        if any(d not in done for d in deps):
+            return None
+        return max((done[d] for d in deps), default=0.0)
+
+    remaining = sum(len(row) for row in rows.values())
+    while remaining:
+        progressed = False
+        for r, row in rows.items():
+            while pos[r] < len(row):
+                a = row[pos[r]]
+                t = ready_at(a)
+                if t is None:
+                    break
+                start = max(free[r], t)
+                end = start + costs[a[1]]
+                done[a] = end
+                free[r] = end
+                intervals[r].append((start, end, a))
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            waiting = {r: rows[r][pos[r]] for r in rows if pos[r] < len(rows[r])}
+            raise RuntimeError(f"the orders deadlock: ranks {sorted(waiting)} wait at {waiting}")
+    makespan = max(free.values())
+    busy = {r: sum(e - s for s, e, _ in iv) for r, iv in intervals.items()}
+    idle = {r: 1 - busy[r] / makespan for r in rows}
+    return {
+        "intervals": intervals,
+        "makespan": makespan,
+        "idle": idle,
+        "idle_fraction": sum(idle.values()) / len(idle),
+    }
+
+
+# -- 16 · 5. Bubbles, counted and measured --------------------------------------------------------
+
+
+def bubble_formula(world_size: int, m: int, v: int = 1) -> float:
+    """Idle fraction of GPipe/1F1B (v = 1) and interleaved 1F1B: (p-1) / (v*m + p - 1)."""
+    return (world_size - 1) / (v * m + world_size - 1)
+
+
+# -- 16 · 6. With PyTorch's API -------------------------------------------------------------------
+
+
+def _record(stage: Any, s: int, events: list) -> None:
+    """Wrap the stage's compute methods so each call appends (start, end, action) to `events`."""
+
+    def wrap(method_name: str, kind_of: Any) -> None:
+        method = getattr(stage, method_name)
+
+        def timed(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            start = time.monotonic()
+            result = method(chunk_id, *args, **kwargs)
+            events.append((start, time.monotonic(), (s, kind_of(kwargs), chunk_id)))
+            return result
+
+        setattr(stage, method_name, timed)
+
+    wrap("forward_one_chunk", lambda kw: "F")
+    wrap("backward_one_chunk", lambda kw: "B" if kw.get("full_backward", True) else "I")
+    wrap("backward_weight_one_chunk", lambda kw: "W")
 
 
 def library_step(rank: int, world_size: int, name: str, m: int, delay_s: float = 0.0) -> dict:
@@ -540,25 +562,6 @@ def library_step(rank: int, world_size: int, name: str, m: int, delay_s: float =
         "loss": sum(t.item() for t in losses) / m if holds_last else None,
         "grads": _grads([model[b] for b in mine], mine),
     }
-
-
-def _record(stage: Any, s: int, events: list) -> None:
-    """Wrap the stage's compute methods so each call appends (start, end, action) to `events`."""
-
-    def wrap(method_name: str, kind_of: Any) -> None:
-        method = getattr(stage, method_name)
-
-        def timed(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-            start = time.monotonic()
-            result = method(chunk_id, *args, **kwargs)
-            events.append((start, time.monotonic(), (s, kind_of(kwargs), chunk_id)))
-            return result
-
-        setattr(stage, method_name, timed)
-
-    wrap("forward_one_chunk", lambda kw: "F")
-    wrap("backward_one_chunk", lambda kw: "B" if kw.get("full_backward", True) else "I")
-    wrap("backward_weight_one_chunk", lambda kw: "W")
 
 
 def library_worker(rank: int, world_size: int, runs: Sequence[dict[str, Any]]) -> list[dict]:

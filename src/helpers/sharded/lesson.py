@@ -1,8 +1,12 @@
 """ZeRO and FSDP2, counted: the lesson.
 
-The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
-a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); the package
-(`helpers.sharded`) re-exports it.
+The code the notebook teaches, in the order the notebook first shows it (what a definition calls may
+come just before it). Every top-level definition here is shown by a notebook (`show_source`) or
+called, anywhere in its body, by one that is, so the counting and timing that shown code does itself
+stays here.
+
+The notebook shows everything it runs from this topic, so there is no harness; the package
+(`helpers.sharded`) re-exports this file. tests/test_code_map.py checks the order and these rules.
 
 Used by: notebook 13.
 """
@@ -22,6 +26,9 @@ LR = 1e-2
 IN_FEATURES, HIDDEN, OUT_FEATURES = 10, 30, 6  # odd sizes: shards need padding at N = 4
 
 
+# -- 13 · 1. What DDP repeats on every rank -------------------------------------------------------
+
+
 def make_model(seed: int = 0) -> nn.Sequential:
     """The same three-layer MLP on every rank (seeded), 10 -> 30 -> 30 -> 6."""
     torch.manual_seed(seed)
@@ -34,25 +41,36 @@ def make_model(seed: int = 0) -> nn.Sequential:
     )
 
 
-def batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank `rank`'s batch at `step`: inputs (size, 10) and regression targets (size, 6)."""
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    return torch.randn(size, IN_FEATURES, generator=g), torch.randn(size, OUT_FEATURES, generator=g)
+def memory_formula(
+    numel: int, padded: int, world_size: int, scheme: str, fsdp_padded: int | None = None
+) -> dict[str, float]:
+    """Bytes per rank for fp32 training with AdamW, after the ZeRO paper's accounting.
+
+    The paper (Rajbhandari et al., 2020, section 3.1) counts mixed-precision Adam: fp16
+    parameters and gradients (2 + 2 bytes) and "an fp32 copy of the parameters, momentum and
+    variance" (K = 12). Here everything is fp32: parameters 4, gradients 4; DDP's AdamW keeps 8
+    (exp_avg, exp_avg_sq); ZeroAdamW keeps 12 per owned element, because it gives AdamW an fp32
+    copy of each shard to update (its own choice in fp32 training, not a master copy of fp16
+    weights). `padded`: ZeRO's flat padding (`padded_numel` per parameter). FSDP2's parameters
+    and gradients are stored padded per dim 0 (`fsdp_padded`, summed `fsdp_padded_numel`; default
+    `numel`), the same on every rank; its AdamW moments are not padded and differ between ranks,
+    so its optimizer entry is their mean over the ranks, 8 * numel / N.
+    """
+    n, p, q = world_size, padded, numel if fsdp_padded is None else fsdp_padded
+    return {
+        "ddp": {"params": 4 * numel, "grads": 4 * numel, "optimizer": 8 * numel},
+        "zero1": {"params": 4 * numel, "grads": 4 * numel, "optimizer": 12 * p / n},
+        "zero2": {"params": 4 * numel, "grads": 4 * p / n, "optimizer": 12 * p / n},
+        "fsdp2": {"params": 4 * q / n, "grads": 4 * q / n, "optimizer": 8 * numel / n},
+    }[scheme]
+
+
+# -- 13 · 3. ZeRO stages 1 and 2 from scratch -----------------------------------------------------
 
 
 def padded_numel(numel: int, world_size: int) -> int:
     """`numel` rounded up to a multiple of `world_size`: N equal shards."""
     return math.ceil(numel / world_size) * world_size
-
-
-def fsdp_padded_numel(shape: tuple[int, ...] | torch.Size, world_size: int) -> int:
-    """Elements of a parameter after FSDP2's padding: dim 0 rounded up to a multiple of N.
-
-    FSDP2 cuts dim 0 into chunks of ceil(rows / N) (`_chunk_with_empty`) and stores every rank's
-    chunk in a buffer of the first chunk's size (`FSDPParam._init_sharded_param`).
-    """
-    rows = math.ceil(shape[0] / world_size) * world_size
-    return rows * math.prod(shape[1:])
 
 
 class ZeroAdamW:
@@ -104,6 +122,22 @@ class ZeroAdamW:
             t.grad = None
 
 
+def fsdp_padded_numel(shape: tuple[int, ...] | torch.Size, world_size: int) -> int:
+    """Elements of a parameter after FSDP2's padding: dim 0 rounded up to a multiple of N.
+
+    FSDP2 cuts dim 0 into chunks of ceil(rows / N) (`_chunk_with_empty`) and stores every rank's
+    chunk in a buffer of the first chunk's size (`FSDPParam._init_sharded_param`).
+    """
+    rows = math.ceil(shape[0] / world_size) * world_size
+    return rows * math.prod(shape[1:])
+
+
+def batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s batch at `step`: inputs (size, 10) and regression targets (size, 6)."""
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(size, IN_FEATURES, generator=g), torch.randn(size, OUT_FEATURES, generator=g)
+
+
 def _bytes(tensors: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
@@ -127,30 +161,6 @@ def _state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return _bytes(_local(v) for s in optimizer.state.values() for k, v in s.items() if k != "step")
 
 
-def memory_formula(
-    numel: int, padded: int, world_size: int, scheme: str, fsdp_padded: int | None = None
-) -> dict[str, float]:
-    """Bytes per rank for fp32 training with AdamW, after the ZeRO paper's accounting.
-
-    The paper (Rajbhandari et al., 2020, section 3.1) counts mixed-precision Adam: fp16
-    parameters and gradients (2 + 2 bytes) and "an fp32 copy of the parameters, momentum and
-    variance" (K = 12). Here everything is fp32: parameters 4, gradients 4; DDP's AdamW keeps 8
-    (exp_avg, exp_avg_sq); ZeroAdamW keeps 12 per owned element, because it gives AdamW an fp32
-    copy of each shard to update (its own choice in fp32 training, not a master copy of fp16
-    weights). `padded`: ZeRO's flat padding (`padded_numel` per parameter). FSDP2's parameters
-    and gradients are stored padded per dim 0 (`fsdp_padded`, summed `fsdp_padded_numel`; default
-    `numel`), the same on every rank; its AdamW moments are not padded and differ between ranks,
-    so its optimizer entry is their mean over the ranks, 8 * numel / N.
-    """
-    n, p, q = world_size, padded, numel if fsdp_padded is None else fsdp_padded
-    return {
-        "ddp": {"params": 4 * numel, "grads": 4 * numel, "optimizer": 8 * numel},
-        "zero1": {"params": 4 * numel, "grads": 4 * numel, "optimizer": 12 * p / n},
-        "zero2": {"params": 4 * numel, "grads": 4 * p / n, "optimizer": 12 * p / n},
-        "fsdp2": {"params": 4 * q / n, "grads": 4 * q / n, "optimizer": 8 * numel / n},
-    }[scheme]
-
-
 def _counts(comm: Any) -> dict[str, int]:
     """Collectives seen by a CommDebugMode, by short name: {"all_gather": 3, ...}."""
     names = {
@@ -161,12 +171,12 @@ def _counts(comm: Any) -> dict[str, int]:
     return {names.get(str(k).split(".")[-1], str(k)): v for k, v in comm.get_comm_counts().items()}
 
 
-def _flat_params(model: nn.Module) -> list[float]:
-    return torch.cat([_full(p).detach().reshape(-1).cpu() for p in model.parameters()]).tolist()
-
-
 def _full(p: torch.Tensor) -> torch.Tensor:
     return p.full_tensor() if hasattr(p, "full_tensor") else p
+
+
+def _flat_params(model: nn.Module) -> list[float]:
+    return torch.cat([_full(p).detach().reshape(-1).cpu() for p in model.parameters()]).tolist()
 
 
 def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:

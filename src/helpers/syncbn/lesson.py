@@ -1,9 +1,14 @@
 """SyncBatchNorm on CPU: the lesson.
 
-The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
-a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); what runs,
-counts, times and draws it is `harness.py` beside this file, and the package
-(`helpers.syncbn`) re-exports both.
+The code the notebook teaches, in the order the notebook first shows it (what a definition calls may
+come just before it). Every top-level definition here is shown by a notebook (`show_source`) or
+called, anywhere in its body, by one that is, so the counting and timing that shown code does itself
+stays here.
+
+What the notebooks run without showing it (other workers, the counters' context managers, summaries,
+pictures, the step viewer) is `harness.py` beside this file. This file's source imports no harness;
+importing it through the package (`helpers.syncbn`, which re-exports both) still loads the harness.
+tests/test_code_map.py checks the order and these rules.
 
 Used by: notebook 07.
 """
@@ -18,12 +23,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-
-def _stats_dtype(x: Tensor) -> torch.dtype:
-    """Accumulation dtype: float64 on CPU, float32 on accelerators (float64 stays float64)."""
-    if x.device.type == "cpu":
-        return torch.float64
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+# -- 07 · 5. `nn.SyncBatchNorm` cannot train on CPU in this torch ---------------------------------
 
 
 def _sync_group(process_group: Any) -> Any | None:
@@ -32,6 +32,13 @@ def _sync_group(process_group: Any) -> Any | None:
         return None
     group = process_group if process_group is not None else dist.group.WORLD
     return group if dist.get_world_size(group) > 1 else None
+
+
+def _stats_dtype(x: Tensor) -> torch.dtype:
+    """Accumulation dtype: float64 on CPU, float32 on accelerators (float64 stays float64)."""
+    if x.device.type == "cpu":
+        return torch.float64
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def global_batch_stats(x: Tensor, group: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -58,6 +65,51 @@ def global_batch_stats(x: Tensor, group: Any) -> tuple[Tensor, Tensor, Tensor]:
     mean = s / n
     var = (ss / n - mean * mean).clamp_min(0.0)  # biased; clamp guards rounding below zero
     return mean, var, n
+
+
+def convert_sync_batchnorm(
+    module: nn.Module, process_group: Any = None, sync_cls: type | None = None
+) -> nn.Module:
+    """Replace every BatchNorm*d in `module` (recursively) by `sync_cls` (CPUSyncBatchNorm).
+
+    As `nn.SyncBatchNorm.convert_sync_batchnorm` does in torch 2.13, the new layers reuse the
+    old Parameter objects (so values and `requires_grad` are kept, and an optimizer built before
+    still points at them) and the old buffers (running stats, num_batches_tracked), and copy the
+    training flag. Two differences: layers that already synchronise (this class or
+    nn.SyncBatchNorm) are kept with their process group (torch's converter rebuilds them), and
+    the new layers are `sync_cls` (torch's builds `nn.SyncBatchNorm` even when called on a
+    subclass). Returns the converted module (a new object when `module` itself is a BatchNorm).
+    """
+    sync_cls = sync_cls or CPUSyncBatchNorm
+    out = module
+    if isinstance(module, _BatchNorm) and not isinstance(
+        module, (CPUSyncBatchNorm, nn.SyncBatchNorm)
+    ):
+        ref = module.weight if module.weight is not None else module.running_mean
+        factory = {"device": ref.device, "dtype": ref.dtype} if ref is not None else {}
+        out = sync_cls(
+            module.num_features,
+            module.eps,
+            module.momentum,
+            module.affine,
+            module.track_running_stats,
+            process_group,
+            bias=module.bias is not None,
+            **factory,
+        )
+        if module.affine:
+            with torch.no_grad():
+                out.weight = module.weight
+                out.bias = module.bias
+        out.running_mean = module.running_mean
+        out.running_var = module.running_var
+        out.num_batches_tracked = module.num_batches_tracked
+        out.training = module.training
+        if hasattr(module, "qconfig"):
+            out.qconfig = module.qconfig
+    for name, child in module.named_children():
+        out.add_module(name, convert_sync_batchnorm(child, process_group, sync_cls))
+    return out
 
 
 class CPUSyncBatchNorm(_BatchNorm):
@@ -138,80 +190,6 @@ class CPUSyncBatchNorm(_BatchNorm):
         return convert_sync_batchnorm(module, process_group, sync_cls=cls)
 
 
-def convert_sync_batchnorm(
-    module: nn.Module, process_group: Any = None, sync_cls: type | None = None
-) -> nn.Module:
-    """Replace every BatchNorm*d in `module` (recursively) by `sync_cls` (CPUSyncBatchNorm).
-
-    As `nn.SyncBatchNorm.convert_sync_batchnorm` does in torch 2.13, the new layers reuse the
-    old Parameter objects (so values and `requires_grad` are kept, and an optimizer built before
-    still points at them) and the old buffers (running stats, num_batches_tracked), and copy the
-    training flag. Two differences: layers that already synchronise (this class or
-    nn.SyncBatchNorm) are kept with their process group (torch's converter rebuilds them), and
-    the new layers are `sync_cls` (torch's builds `nn.SyncBatchNorm` even when called on a
-    subclass). Returns the converted module (a new object when `module` itself is a BatchNorm).
-    """
-    sync_cls = sync_cls or CPUSyncBatchNorm
-    out = module
-    if isinstance(module, _BatchNorm) and not isinstance(
-        module, (CPUSyncBatchNorm, nn.SyncBatchNorm)
-    ):
-        ref = module.weight if module.weight is not None else module.running_mean
-        factory = {"device": ref.device, "dtype": ref.dtype} if ref is not None else {}
-        out = sync_cls(
-            module.num_features,
-            module.eps,
-            module.momentum,
-            module.affine,
-            module.track_running_stats,
-            process_group,
-            bias=module.bias is not None,
-            **factory,
-        )
-        if module.affine:
-            with torch.no_grad():
-                out.weight = module.weight
-                out.bias = module.bias
-        out.running_mean = module.running_mean
-        out.running_var = module.running_var
-        out.num_batches_tracked = module.num_batches_tracked
-        out.training = module.training
-        if hasattr(module, "qconfig"):
-            out.qconfig = module.qconfig
-    for name, child in module.named_children():
-        out.add_module(name, convert_sync_batchnorm(child, process_group, sync_cls))
-    return out
-
-
-def sync_batchnorm_class(device: torch.device | str) -> type:
-    """`nn.SyncBatchNorm` for CUDA devices (its fused kernels), `CPUSyncBatchNorm` otherwise."""
-    return nn.SyncBatchNorm if torch.device(device).type == "cuda" else CPUSyncBatchNorm
-
-
-# --------------------------------------------------------------------------------------------
-# Comparison against BatchNorm on the concatenated batch (notebook 07 and the tests)
-# --------------------------------------------------------------------------------------------
-
-
-def make_scenario(
-    batch_sizes: Sequence[int],
-    feature_shape: Sequence[int] = (3, 4, 4),
-    seed: int = 0,
-    momentum: float | None = 0.1,
-    steps: int = 2,
-    affine: bool = True,
-) -> dict:
-    """A plain-data description of one check: per-rank batch sizes, (C, *spatial), seed..."""
-    return {
-        "batch_sizes": list(batch_sizes),
-        "feature_shape": list(feature_shape),
-        "seed": seed,
-        "momentum": momentum,
-        "steps": steps,
-        "affine": affine,
-    }
-
-
 def make_global_batch(scenario: dict, step: int) -> tuple[Tensor, Tensor]:
     """(x, upstream grad) of the GLOBAL batch at `step`, identical on every rank (seeded).
 
@@ -232,10 +210,6 @@ def _initial_params(scenario: dict) -> tuple[Tensor, Tensor]:
     g = torch.Generator().manual_seed(1000 * scenario["seed"] + 999)
     c = scenario["feature_shape"][0]
     return torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g) * 0.1
-
-
-def _bn_class(dim: int) -> type:
-    return {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[dim]
 
 
 def _run(module: nn.Module, scenario: dict, rows: slice, device: torch.device) -> dict:
@@ -295,6 +269,25 @@ def syncbn_scenarios_worker(rank: int, world_size: int, scenarios: Sequence[dict
         except ValueError as err:  # raised on every rank alike (after the all-reduce)
             results.append({"error": str(err)})
     return results
+
+
+def make_scenario(
+    batch_sizes: Sequence[int],
+    feature_shape: Sequence[int] = (3, 4, 4),
+    seed: int = 0,
+    momentum: float | None = 0.1,
+    steps: int = 2,
+    affine: bool = True,
+) -> dict:
+    """A plain-data description of one check: per-rank batch sizes, (C, *spatial), seed..."""
+    return {
+        "batch_sizes": list(batch_sizes),
+        "feature_shape": list(feature_shape),
+        "seed": seed,
+        "momentum": momentum,
+        "steps": steps,
+        "affine": affine,
+    }
 
 
 def _small_net(channels: int = 3) -> nn.Module:
@@ -425,56 +418,12 @@ def checks_worker(
     return out
 
 
-def native_syncbn_ddp_worker(rank: int, world_size: int, scenario: dict) -> dict:
-    """GPU only (NCCL): the real nn.SyncBatchNorm under DDP next to CPUSyncBatchNorm.
-
-    Both see this rank's slice of the same global batch; returns the largest absolute
-    differences (outputs, input grads, running stats) on this rank, plus the device type.
-    """
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from helpers.launch import current_device
-
-    device = current_device()
-    if device.type != "cuda":
-        raise RuntimeError("native_syncbn_ddp_worker needs one GPU per rank (NCCL)")
-    sizes = scenario["batch_sizes"]
-    start = sum(sizes[:rank])
-    rows = slice(start, start + sizes[rank])
-    c = scenario["feature_shape"][0]
-    bn = _bn_class(len(scenario["feature_shape"]) + 1)(c, momentum=scenario["momentum"])
-    native = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(bn).to(device), device_ids=[device.index])
-    ours = convert_sync_batchnorm(_bn_class(len(scenario["feature_shape"]) + 1)(c)).to(device)
-    ours.momentum = scenario["momentum"]
-    diffs = {"outputs": 0.0, "input_grads": 0.0, "weight_grads": 0.0}
-    for step in range(scenario["steps"]):
-        x, grad = make_global_batch(scenario, step)
-        xs = [x[rows].to(device).requires_grad_() for _ in range(2)]
-        ys = [native(xs[0]), ours(xs[1])]
-        for yi in ys:
-            (yi * grad[rows].to(device)).sum().backward()
-        diffs["outputs"] = max(diffs["outputs"], float((ys[0] - ys[1]).abs().max()))
-        diffs["input_grads"] = max(
-            diffs["input_grads"], float((xs[0].grad - xs[1].grad).abs().max())
-        )
-        # DDP averages weight grads over ranks; ours holds the local share: compare the means
-        w_ours = ours.weight.grad.clone()
-        dist.all_reduce(w_ours)
-        w_ours /= world_size
-        diffs["weight_grads"] = max(
-            diffs["weight_grads"], float((native.module.weight.grad - w_ours).abs().max())
-        )
-        native.zero_grad()
-        ours.zero_grad()
-    diffs["running_mean"] = float((native.module.running_mean - ours.running_mean).abs().max())
-    diffs["running_var"] = float((native.module.running_var - ours.running_var).abs().max())
-    diffs["device_type"] = device.type
-    return diffs
+# -- 07 · 7. What synchronising costs -------------------------------------------------------------
 
 
-# --------------------------------------------------------------------------------------------
-# What synchronising costs (notebook 07 section 7, benchmarks/syncbn_cost.py)
-# --------------------------------------------------------------------------------------------
+def sync_batchnorm_class(device: torch.device | str) -> type:
+    """`nn.SyncBatchNorm` for CUDA devices (its fused kernels), `CPUSyncBatchNorm` otherwise."""
+    return nn.SyncBatchNorm if torch.device(device).type == "cuda" else CPUSyncBatchNorm
 
 
 def count_collectives(step: Any) -> dict[str, int]:
@@ -587,3 +536,57 @@ def syncbn_cost_worker(
         .tolist()
     )
     return out
+
+
+# -- 07 · 8. The real `nn.SyncBatchNorm` under DDP, on GPUs ---------------------------------------
+
+
+def _bn_class(dim: int) -> type:
+    return {2: nn.BatchNorm1d, 3: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[dim]
+
+
+def native_syncbn_ddp_worker(rank: int, world_size: int, scenario: dict) -> dict:
+    """GPU only (NCCL): the real nn.SyncBatchNorm under DDP next to CPUSyncBatchNorm.
+
+    Both see this rank's slice of the same global batch; returns the largest absolute
+    differences (outputs, input grads, running stats) on this rank, plus the device type.
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from helpers.launch import current_device
+
+    device = current_device()
+    if device.type != "cuda":
+        raise RuntimeError("native_syncbn_ddp_worker needs one GPU per rank (NCCL)")
+    sizes = scenario["batch_sizes"]
+    start = sum(sizes[:rank])
+    rows = slice(start, start + sizes[rank])
+    c = scenario["feature_shape"][0]
+    bn = _bn_class(len(scenario["feature_shape"]) + 1)(c, momentum=scenario["momentum"])
+    native = DDP(nn.SyncBatchNorm.convert_sync_batchnorm(bn).to(device), device_ids=[device.index])
+    ours = convert_sync_batchnorm(_bn_class(len(scenario["feature_shape"]) + 1)(c)).to(device)
+    ours.momentum = scenario["momentum"]
+    diffs = {"outputs": 0.0, "input_grads": 0.0, "weight_grads": 0.0}
+    for step in range(scenario["steps"]):
+        x, grad = make_global_batch(scenario, step)
+        xs = [x[rows].to(device).requires_grad_() for _ in range(2)]
+        ys = [native(xs[0]), ours(xs[1])]
+        for yi in ys:
+            (yi * grad[rows].to(device)).sum().backward()
+        diffs["outputs"] = max(diffs["outputs"], float((ys[0] - ys[1]).abs().max()))
+        diffs["input_grads"] = max(
+            diffs["input_grads"], float((xs[0].grad - xs[1].grad).abs().max())
+        )
+        # DDP averages weight grads over ranks; ours holds the local share: compare the means
+        w_ours = ours.weight.grad.clone()
+        dist.all_reduce(w_ours)
+        w_ours /= world_size
+        diffs["weight_grads"] = max(
+            diffs["weight_grads"], float((native.module.weight.grad - w_ours).abs().max())
+        )
+        native.zero_grad()
+        ours.zero_grad()
+    diffs["running_mean"] = float((native.module.running_mean - ours.running_mean).abs().max())
+    diffs["running_var"] = float((native.module.running_var - ours.running_var).abs().max())
+    diffs["device_type"] = device.type
+    return diffs

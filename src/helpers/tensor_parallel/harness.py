@@ -1,7 +1,8 @@
 """Tensor and sequence parallelism: the harness.
 
-What runs, counts, times and draws the lesson (`lesson.py` beside this file): the workers and probes
-the notebooks do not show, summaries, pictures. It imports from the lesson, never the reverse.
+What the notebooks run around the lesson (`lesson.py` beside this file) without showing it: other
+workers, probes, the counters' context managers, summaries, pictures and the step viewer's entry
+point. It imports from the lesson, never the reverse.
 
 Used by: notebook 15.
 """

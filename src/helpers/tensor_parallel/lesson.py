@@ -1,9 +1,14 @@
 """Tensor and sequence parallelism: the lesson.
 
-The code the notebook teaches, in the order it shows it. Every top-level definition here is shown by
-a notebook (`show_source`) or called by one that is (tests/test_code_map.py checks it); what runs,
-counts, times and draws it is `harness.py` beside this file, and the package
-(`helpers.tensor_parallel`) re-exports both.
+The code the notebook teaches, in the order the notebook first shows it (what a definition calls may
+come just before it). Every top-level definition here is shown by a notebook (`show_source`) or
+called, anywhere in its body, by one that is, so the counting and timing that shown code does itself
+stays here.
+
+What the notebooks run without showing it (other workers, the counters' context managers, summaries,
+pictures, the step viewer) is `harness.py` beside this file. This file's source imports no harness;
+importing it through the package (`helpers.tensor_parallel`, which re-exports both) still loads the
+harness. tests/test_code_map.py checks the order and these rules.
 
 Used by: notebook 15.
 """
@@ -27,7 +32,9 @@ COMM_LOG: list[dict[str, Any]] = []  # every collective of `_collective`, in ord
 _PHASE = ["forward"]  # set by the worker: "forward" or "backward"
 
 
-# ---------------------------------------------------------------- the model, one process
+# -- 15 · 1. Column- and row-parallel linear layers, and `f` and `g` ------------------------------
+
+
 class Layer(nn.Module):
     """A pre-LayerNorm transformer layer: x + Drop(Attn(LN(x))), then x + Drop(MLP(LN(x)))."""
 
@@ -38,52 +45,6 @@ class Layer(nn.Module):
         self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
         self.o = nn.Linear(hidden, hidden)
         self.fc1, self.fc2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
-
-
-def make_layer(seed: int = 0, dtype: torch.dtype = torch.float32) -> Layer:
-    """The same seeded layer on every rank (h = 16, a = 4 heads, ffn = 4h)."""
-    torch.manual_seed(seed)
-    layer = Layer().to(dtype)
-    for p in layer.parameters():  # no special values (LayerNorm's ones and zeros, zero biases)
-        with torch.no_grad():
-            p.add_(0.1 * torch.randn_like(p))
-    return layer
-
-
-def layer_input(seed: int = 1, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The input x, (s, b, h), the same on every rank."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(SEQ, BATCH, HIDDEN, generator=g).to(dtype)
-
-
-def dropout_masks(seed: int = 2, p: float = DROPOUT) -> dict[str, torch.Tensor]:
-    """Keep-masks (bool) for the three dropouts, drawn once for the whole layer.
-
-    Every rank draws the same full masks and applies its slice, so the parallel layer and the
-    one-process layer drop the same elements: "attn" (b, a, s, s), "attn_out" and "mlp_out"
-    (s, b, h).
-    """
-    g = torch.Generator().manual_seed(seed)
-    return {
-        "attn": torch.rand(BATCH, HEADS, SEQ, SEQ, generator=g) >= p,
-        "attn_out": torch.rand(SEQ, BATCH, HIDDEN, generator=g) >= p,
-        "mlp_out": torch.rand(SEQ, BATCH, HIDDEN, generator=g) >= p,
-    }
-
-
-def _drop(x: torch.Tensor, keep: torch.Tensor, p: float = DROPOUT) -> torch.Tensor:
-    # mul by a bool mask saves only the mask (1 byte per element) for backward
-    return x * keep * (1.0 / (1.0 - p))
-
-
-def _attention(q, k, v, keep, heads: int) -> torch.Tensor:
-    """Softmax attention over (s, b, heads * d) projections; returns (s, b, heads * d)."""
-    s, b, width = q.shape
-    d = width // heads
-    q, k, v = (t.view(s, b, heads, d).permute(1, 2, 0, 3) for t in (q, k, v))  # (b, a, s, d)
-    probs = torch.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d)), dim=-1)
-    context = _drop(probs, keep) @ v  # (b, a, s, d)
-    return context.permute(2, 0, 1, 3).reshape(s, b, width)
 
 
 def check_divisible(size: int, world_size: int, what: str) -> int:
@@ -123,7 +84,6 @@ def shard_layer(layer: Layer, rank: int, world_size: int) -> dict[str, torch.Ten
     return {k: v.detach().clone().requires_grad_() for k, v in shards.items()}
 
 
-# ---------------------------------------------------------------- collectives, counted
 def _collective(kind: str, tensor: torch.Tensor) -> torch.Tensor:
     """Run one collective on `tensor` (s-first), log its message bytes, return the result.
 
@@ -173,6 +133,24 @@ class ReduceFromParallel(torch.autograd.Function):
         return grad
 
 
+# -- 15 · 2. An MLP and an attention block, heads split across ranks ------------------------------
+
+
+def _drop(x: torch.Tensor, keep: torch.Tensor, p: float = DROPOUT) -> torch.Tensor:
+    # mul by a bool mask saves only the mask (1 byte per element) for backward
+    return x * keep * (1.0 / (1.0 - p))
+
+
+def _attention(q, k, v, keep, heads: int) -> torch.Tensor:
+    """Softmax attention over (s, b, heads * d) projections; returns (s, b, heads * d)."""
+    s, b, width = q.shape
+    d = width // heads
+    q, k, v = (t.view(s, b, heads, d).permute(1, 2, 0, 3) for t in (q, k, v))  # (b, a, s, d)
+    probs = torch.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d)), dim=-1)
+    context = _drop(probs, keep) @ v  # (b, a, s, d)
+    return context.permute(2, 0, 1, 3).reshape(s, b, width)
+
+
 class ReduceScatterToSequence(torch.autograd.Function):
     """Reduce-scatter along the sequence, all-gather backward (Korthikanti et al.'s ḡ)."""
 
@@ -207,15 +185,6 @@ class GatherColumnLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
-def _local_masks(masks, rank: int, world_size: int, sequence: bool) -> dict[str, torch.Tensor]:
-    heads = HEADS // world_size
-    out = {"attn": masks["attn"][:, rank * heads : (rank + 1) * heads]}
-    for name in ("attn_out", "mlp_out"):
-        chunk = SEQ // world_size
-        out[name] = masks[name][rank * chunk : (rank + 1) * chunk] if sequence else masks[name]
-    return out
-
-
 def attention_block(w, x, local, world_size: int, sequence: bool = False, use_f: bool = True):
     """x + Dropout(Attention(LN(x))) on one rank, heads split; see `tp_layer`."""
     h = F.layer_norm(x, (HIDDEN,), w["ln1.weight"], w["ln1.bias"])
@@ -247,6 +216,46 @@ def mlp_block(w, x, local, sequence: bool = False, use_f: bool = True):
     return x + _drop(out + w["fc2.bias"], local["mlp_out"])
 
 
+def make_layer(seed: int = 0, dtype: torch.dtype = torch.float32) -> Layer:
+    """The same seeded layer on every rank (h = 16, a = 4 heads, ffn = 4h)."""
+    torch.manual_seed(seed)
+    layer = Layer().to(dtype)
+    for p in layer.parameters():  # no special values (LayerNorm's ones and zeros, zero biases)
+        with torch.no_grad():
+            p.add_(0.1 * torch.randn_like(p))
+    return layer
+
+
+def layer_input(seed: int = 1, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The input x, (s, b, h), the same on every rank."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(SEQ, BATCH, HIDDEN, generator=g).to(dtype)
+
+
+def dropout_masks(seed: int = 2, p: float = DROPOUT) -> dict[str, torch.Tensor]:
+    """Keep-masks (bool) for the three dropouts, drawn once for the whole layer.
+
+    Every rank draws the same full masks and applies its slice, so the parallel layer and the
+    one-process layer drop the same elements: "attn" (b, a, s, s), "attn_out" and "mlp_out"
+    (s, b, h).
+    """
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "attn": torch.rand(BATCH, HEADS, SEQ, SEQ, generator=g) >= p,
+        "attn_out": torch.rand(SEQ, BATCH, HIDDEN, generator=g) >= p,
+        "mlp_out": torch.rand(SEQ, BATCH, HIDDEN, generator=g) >= p,
+    }
+
+
+def _local_masks(masks, rank: int, world_size: int, sequence: bool) -> dict[str, torch.Tensor]:
+    heads = HEADS // world_size
+    out = {"attn": masks["attn"][:, rank * heads : (rank + 1) * heads]}
+    for name in ("attn_out", "mlp_out"):
+        chunk = SEQ // world_size
+        out[name] = masks[name][rank * chunk : (rank + 1) * chunk] if sequence else masks[name]
+    return out
+
+
 def tp_layer(shards, x, masks, rank: int, world_size: int, sequence: bool = False, use_f=True):
     """The layer on one rank: tensor parallel, or with `sequence=True` sequence parallel too.
 
@@ -258,7 +267,6 @@ def tp_layer(shards, x, masks, rank: int, world_size: int, sequence: bool = Fals
     return mlp_block(shards, x, local, sequence, use_f)
 
 
-# ---------------------------------------------------------------- activation memory
 def activation_bytes(fn, params) -> tuple[Any, dict[str, int]]:
     """Run `fn()` and count the bytes of the tensors autograd saves for backward.
 
@@ -282,31 +290,6 @@ def activation_bytes(fn, params) -> tuple[Any, dict[str, int]]:
     return out, {"activations": sum(b for b, s in seen.values() if not s), "stats": stats}
 
 
-def korthikanti_bytes(s: int, b: int, h: int, a: int, t: int = 1, sequence: bool = False):
-    """Activation bytes per layer per rank, Korthikanti et al. 2022 (16-bit values, 1-byte masks).
-
-    No parallelism: s·b·h·(34 + 5·a·s/h); tensor parallel t: s·b·h·(10 + 24/t + 5·a·s/(h·t));
-    tensor + sequence parallel: s·b·h·(34/t + 5·a·s/(h·t)).
-    """
-    sbh = s * b * h
-    if sequence:
-        return sbh * (34 / t + 5 * a * s / (h * t))
-    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
-
-
-def ring_bytes(kind: str, message_bytes: float, world_size: int) -> float:
-    """Bytes one rank sends for a collective of `message_bytes` under the ring algorithm.
-
-    all_reduce (a reduce-scatter, then an all-gather): 2 (N - 1) / N x message;
-    all_gather and reduce_scatter: (N - 1) / N x message (message = the full tensor).
-    """
-    factor = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
-    if kind not in factor:
-        raise ValueError(f"unknown collective {kind!r}: use one of {sorted(factor)}")
-    return factor[kind] * (world_size - 1) / world_size * message_bytes
-
-
-# ---------------------------------------------------------------- the worker
 def _grads(named: dict[str, torch.Tensor]) -> dict[str, list]:
     return {k: v.grad.detach().cpu().reshape(-1).tolist() for k, v in named.items()}
 
@@ -337,42 +320,6 @@ def _run(shards, x, masks, rank, n, sequence=False, use_f=True):
     }
 
 
-def tensor_parallel_worker(rank: int, world_size: int) -> dict[str, Any]:
-    """Everything notebook 15 measures on this rank: TP, TP without f, SP, memory, DTensor."""
-    device = current_device()
-    layer, x, masks = make_layer(), layer_input().to(device), dropout_masks()
-    masks = {k: v.to(device) for k, v in masks.items()}
-    results = {}
-    for name, kw in {"tp": {}, "no_f": {"use_f": False}, "sp": {"sequence": True}}.items():
-        shards = {k: v.to(device) for k, v in shard_layer(layer, rank, world_size).items()}
-        shards = {k: v.detach().requires_grad_() for k, v in shards.items()}
-        results[name] = _run(shards, x, masks, rank, world_size, **kw)
-    # activation memory in bf16 (the paper's 2-byte values), forward only
-    layer16 = make_layer(dtype=torch.bfloat16).to(device)
-    x16 = layer_input(dtype=torch.bfloat16).to(device).requires_grad_()
-    memory = {}
-    for name, sequence in (("tp", False), ("sp", True)):
-        shards = shard_layer(layer16, rank, world_size)
-        xin = (
-            x16[rank * (SEQ // world_size) : (rank + 1) * (SEQ // world_size)] if sequence else x16
-        )
-        _, memory[name] = activation_bytes(
-            lambda s=shards, xi=xin, q=sequence: tp_layer(s, xi, masks, rank, world_size, q),
-            shards.values(),
-        )
-    results["memory"] = memory
-    results["scratch_mlp"] = {
-        name: _scratch_mlp_counts(layer, rank, world_size, sequence)
-        for name, sequence in (("tp", False), ("sp", True))
-    }
-    results["dtensor"] = {
-        name: _dtensor_run(rank, world_size, sequence)
-        for name, sequence in (("tp", False), ("sp", True))
-    }
-    return results
-
-
-# ---------------------------------------------------------------- PyTorch's API: DTensor
 class MLPBlock(nn.Module):
     """The layer's second block without dropout and residual: fc2(GeLU(fc1(LN(x))))."""
 
@@ -415,14 +362,6 @@ def comm_counts(comm) -> dict[str, int]:
     for k, v in comm.get_comm_counts().items():
         name = str(k).split(".")[-1]
         out[names.get(name, name)] = out.get(names.get(name, name), 0) + v
-    return dict(sorted(out.items()))
-
-
-def _log_counts(phase: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in COMM_LOG:
-        if c["phase"] == phase:
-            out[c["kind"]] = out.get(c["kind"], 0) + 1
     return dict(sorted(out.items()))
 
 
@@ -477,6 +416,14 @@ def _dtensor_run(rank: int, world_size: int, sequence: bool) -> dict[str, Any]:
     }
 
 
+def _log_counts(phase: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in COMM_LOG:
+        if c["phase"] == phase:
+            out[c["kind"]] = out.get(c["kind"], 0) + 1
+    return dict(sorted(out.items()))
+
+
 def _scratch_mlp_counts(layer, rank, world_size, sequence) -> dict[str, dict[str, int]]:
     """The from-scratch MLP block's collectives, per phase, counted from COMM_LOG."""
     device = current_device()
@@ -493,6 +440,74 @@ def _scratch_mlp_counts(layer, rank, world_size, sequence) -> dict[str, dict[str
     _PHASE[0] = "backward"
     (out**2).sum().backward()
     return {"forward": _log_counts("forward"), "backward": _log_counts("backward")}
+
+
+def tensor_parallel_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Everything notebook 15 measures on this rank: TP, TP without f, SP, memory, DTensor."""
+    device = current_device()
+    layer, x, masks = make_layer(), layer_input().to(device), dropout_masks()
+    masks = {k: v.to(device) for k, v in masks.items()}
+    results = {}
+    for name, kw in {"tp": {}, "no_f": {"use_f": False}, "sp": {"sequence": True}}.items():
+        shards = {k: v.to(device) for k, v in shard_layer(layer, rank, world_size).items()}
+        shards = {k: v.detach().requires_grad_() for k, v in shards.items()}
+        results[name] = _run(shards, x, masks, rank, world_size, **kw)
+    # activation memory in bf16 (the paper's 2-byte values), forward only
+    layer16 = make_layer(dtype=torch.bfloat16).to(device)
+    x16 = layer_input(dtype=torch.bfloat16).to(device).requires_grad_()
+    memory = {}
+    for name, sequence in (("tp", False), ("sp", True)):
+        shards = shard_layer(layer16, rank, world_size)
+        xin = (
+            x16[rank * (SEQ // world_size) : (rank + 1) * (SEQ // world_size)] if sequence else x16
+        )
+        _, memory[name] = activation_bytes(
+            lambda s=shards, xi=xin, q=sequence: tp_layer(s, xi, masks, rank, world_size, q),
+            shards.values(),
+        )
+    results["memory"] = memory
+    results["scratch_mlp"] = {
+        name: _scratch_mlp_counts(layer, rank, world_size, sequence)
+        for name, sequence in (("tp", False), ("sp", True))
+    }
+    results["dtensor"] = {
+        name: _dtensor_run(rank, world_size, sequence)
+        for name, sequence in (("tp", False), ("sp", True))
+    }
+    return results
+
+
+# -- 15 · 5. Activation memory per rank, against Korthikanti et al. (2022) ------------------------
+
+
+def korthikanti_bytes(s: int, b: int, h: int, a: int, t: int = 1, sequence: bool = False):
+    """Activation bytes per layer per rank, Korthikanti et al. 2022 (16-bit values, 1-byte masks).
+
+    No parallelism: s·b·h·(34 + 5·a·s/h); tensor parallel t: s·b·h·(10 + 24/t + 5·a·s/(h·t));
+    tensor + sequence parallel: s·b·h·(34/t + 5·a·s/(h·t)).
+    """
+    sbh = s * b * h
+    if sequence:
+        return sbh * (34 / t + 5 * a * s / (h * t))
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+# -- 15 · 6. Bytes per collective, per layer, per rank --------------------------------------------
+
+
+def ring_bytes(kind: str, message_bytes: float, world_size: int) -> float:
+    """Bytes one rank sends for a collective of `message_bytes` under the ring algorithm.
+
+    all_reduce (a reduce-scatter, then an all-gather): 2 (N - 1) / N x message;
+    all_gather and reduce_scatter: (N - 1) / N x message (message = the full tensor).
+    """
+    factor = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
+    if kind not in factor:
+        raise ValueError(f"unknown collective {kind!r}: use one of {sorted(factor)}")
+    return factor[kind] * (world_size - 1) / world_size * message_bytes
+
+
+# -- 15 · 8. Many ranks in one process ------------------------------------------------------------
 
 
 def local_tensor_mlp(world_size: int) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """Step viewers whose view runs in the browser, so a static page moves too: anywidget widgets
 fed with recorded data.
 
-Used by: the lessons' viewer entry points, which the notebooks call (no notebook imports this
-package): `helpers.allreduce.ring_step_viewer`, `helpers.tracing.step_viewer`,
-`helpers.pipeline_parallel.timeline_step_viewer`,
-`helpers.context_parallel.ring_attention_step_viewer` and
-`helpers.expert_parallel.exchange_step_viewer`. A viewer only
+Used by: the viewer entry points of the topic harnesses and of `helpers.tracing`, which the
+notebooks call (no notebook imports this package): `helpers.allreduce.harness.ring_step_viewer`,
+`helpers.tracing.step_viewer`, `helpers.pipeline_parallel.harness.timeline_step_viewer`,
+`helpers.context_parallel.harness.ring_attention_step_viewer` and
+`helpers.expert_parallel.harness.exchange_step_viewer`. A viewer only
 replays data computed once in Python (every step's picture and text, as plain JSON in the
 widget's `steps` trait; the timeline viewer's one picture in `picture`); the slider, the picture
 and the text are drawn by one ES module per viewer, so the same widget moves in JupyterLab (the
