@@ -298,8 +298,9 @@ def test_lesson_rule_catches_a_lesson_importing_its_harness():
 
 def test_lessons_import_no_harness(cmap):
     found = [v for m in lessons(cmap) for v in lesson_imports_harness(m, cmap.modules[m].tree)]
-    assert not found, "a lesson reads alone: it imports no harness (nor a topic package):\n" + (
-        "\n".join(found)
+    assert not found, (
+        "a lesson's own imports reach no harness (nor a topic package, whose __init__ imports "
+        "its harness):\n" + "\n".join(found)
     )
 
 

@@ -600,12 +600,12 @@ def render(cmap: CodeMap) -> str:
         "## Lessons",
         "",
         "A topic package's `lesson.py` is what its notebook shows (CONTRIBUTING, \"Helper",
-        'modules"). **shown** counts the lines of its definitions that some stored excerpt',
+        'modules"). **lines shown** counts the lines of its definitions that some stored excerpt',
         "shows (the excerpts' `lines a-b` headers in the notebooks' outputs), out of all the",
         "lines of its definitions; the rest are in definitions the notebook names without",
         "showing every line (an excerpt cut at a pattern) or that a shown one calls.",
         "",
-        "| lesson | lines | definitions | shown |",
+        "| lesson | lines | definitions | lines shown |",
         "|---|---|---|---|",
     ]
     for path, total, defs, seen, body in rows:
