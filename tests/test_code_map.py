@@ -6,14 +6,15 @@
   the docstring's paragraph that starts `Used by:` (or `Used in:`); its notebooks are the
   two-digit numbers and ranges in it (`05`, `06-08`, `notebooks/04_...`), or every notebook
   when it says "all notebooks"/"every notebook" and names none. A module reached only through
-  another helper (the viewers through the lessons' entry points) names that helper, not the
-  notebooks: the map counts what a notebook's own code cells name;
+  another helper (the viewers, through the entry points of the harnesses and helpers.tracing)
+  names that helper, not the notebooks: the map counts what a notebook's own code cells name;
 - `helpers/__init__.py` lists every module (a topic package once, for its lesson and harness);
 - the layering: lessons and harness never import the exercises, and import the step viewers
   only inside the entry points written down in `VIEWER_ENTRY_POINTS`;
-- the topic packages (`helpers/<topic>/`): the lesson imports nothing of its harness, every
+- the topic packages (`helpers/<topic>/`): the lesson's source imports no harness, every
   top-level definition of a lesson is shown by a notebook or reached from one that is through the
-  lesson's own definitions, and every definition a notebook shows lives in a lesson.
+  lesson's own definitions, no definition a notebook shows lives in a harness, and a lesson's
+  shown definitions come in the order the notebooks first show them.
 """
 
 from __future__ import annotations
@@ -338,30 +339,12 @@ def test_what_a_notebook_shows_of_a_topic_lives_in_its_lesson(cmap):
 
 def test_a_lesson_reads_in_the_order_the_notebooks_show_it(cmap):
     """A reader who opens lesson.py meets the shown definitions in the order the notebooks first
-    show them, except that what a definition calls may come just before it (shown later or not
-    at all)."""
+    show them; what only a shown definition calls sits just before its first caller."""
     order = code_map.show_order(cmap.notebooks)
     wrong = {}
     for module in lessons(cmap):
         shown = [d for m, d in order if m == module]
         in_file = [d for d in cmap.modules[module].defs if d in shown]
-        calls = {d: calls_within(cmap, module, d) for d in in_file}
-        for i, a in enumerate(in_file):
-            for b in in_file[i + 1 :]:  # a before b in the file, but b shown first
-                if shown.index(b) < shown.index(a) and not any(
-                    a in calls[c] for c in in_file if shown.index(c) <= shown.index(b)
-                ):  # a came early, and not as what a definition shown by then calls
-                    wrong.setdefault(module, []).append(f"{a} before {b}")
+        if in_file != shown:
+            wrong[module] = {"file": in_file, "notebooks": shown}
     assert not wrong, f"lessons out of the notebooks' order (move the definitions): {wrong}"
-
-
-def calls_within(cmap, module: str, name: str) -> set[str]:
-    """The definitions of `module` that `name` reaches through the module's own definitions."""
-    seen: set[str] = set()
-    todo = [name]
-    while todo:
-        for m, d in cmap.edges.get((module, todo.pop()), ()):
-            if m == module and d and d not in seen:
-                seen.add(d)
-                todo.append(d)
-    return seen

@@ -1,6 +1,7 @@
 """Plumbing for the PyTorch Source Reading notebooks.
 
-A topic with a from-scratch implementation is a package, `helpers/<topic>/`: `lesson.py` is the
+A topic whose notebook reads our own code as its lesson (a from-scratch implementation, or the
+workers 06, 08 and 19 read) is a package, `helpers/<topic>/`: `lesson.py` is the
 code the notebooks show, in the order they first show it (every definition in it shown, or called
 by one that is), `harness.py` what the notebooks run without showing it (its source imports the
 lesson, never the reverse), and the package re-exports both (`from helpers.allreduce import

@@ -37,6 +37,27 @@ _PROFILES: list[dict[str, float]] = []  # open `harness.profile_ring()` blocks
 # -- 05 · 2. Three algorithms on send and recv ----------------------------------------------------
 
 
+def _count_step() -> None:
+    for counter in _ACTIVE:
+        counter.steps += 1
+
+
+def p2p_round(
+    sends: Sequence[tuple[torch.Tensor, int]],
+    recvs: Sequence[tuple[torch.Tensor, int]],
+    group: dist.ProcessGroup | None = None,
+) -> None:
+    """One step: post the sends and receives with `p2p_post`, then wait for all of them.
+
+    An empty round does nothing and is not a step.
+    """
+    if not sends and not recvs:
+        return
+    _count_step()
+    for work in p2p_post(sends, recvs, group):
+        work.wait()
+
+
 def p2p_post(
     sends: Sequence[tuple[torch.Tensor, int]],
     recvs: Sequence[tuple[torch.Tensor, int]],
@@ -63,27 +84,6 @@ def p2p_post(
         dist.P2POp(dist.irecv, t, group=group, tag=tag, group_peer=p) for t, p in recvs if t.numel()
     ]
     return [w for w in dist.batch_isend_irecv(ops) if w is not None] if ops else []
-
-
-def _count_step() -> None:
-    for counter in _ACTIVE:
-        counter.steps += 1
-
-
-def p2p_round(
-    sends: Sequence[tuple[torch.Tensor, int]],
-    recvs: Sequence[tuple[torch.Tensor, int]],
-    group: dist.ProcessGroup | None = None,
-) -> None:
-    """One step: post the sends and receives with `p2p_post`, then wait for all of them.
-
-    An empty round does nothing and is not a step.
-    """
-    if not sends and not recvs:
-        return
-    _count_step()
-    for work in p2p_post(sends, recvs, group):
-        work.wait()
 
 
 def _op_name(op: Any) -> str:
@@ -224,22 +224,6 @@ def chunk_bounds(numel: int, world_size: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def ring_schedule(rank: int, world_size: int, step: int) -> tuple[str, int, int]:
-    """(phase, chunk this rank sends to rank+1, chunk it receives from rank-1) at `step`.
-
-    Steps 0..N-2 are the reduce-scatter (the received chunk is added to ours), steps
-    N-1..2N-3 the all-gather (the received chunk, now complete, replaces ours). After the
-    reduce-scatter rank r holds the complete chunk (r+1) % N.
-    """
-    n = world_size
-    if not 0 <= step < 2 * (n - 1):
-        raise ValueError(f"step must be in [0, {2 * (n - 1)}) for world_size {n}, got {step}")
-    if step < n - 1:
-        return "reduce-scatter", (rank - step) % n, (rank - step - 1) % n
-    s = step - (n - 1)
-    return "all-gather", (rank + 1 - s) % n, (rank - s) % n
-
-
 def _recv_buffer(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A (numel,) receive buffer kept between calls (per dtype and device), so that repeated
     calls reuse one allocation instead of asking the allocator for a new multi-MiB buffer."""
@@ -275,6 +259,22 @@ def ring_allreduce(
             else:  # the received chunk is final: receive straight into place
                 p2p_round([(chunks[send_i], right)], [(chunks[recv_i], left)], group)
     return _finish(tensor, flat, name, world_size)
+
+
+def ring_schedule(rank: int, world_size: int, step: int) -> tuple[str, int, int]:
+    """(phase, chunk this rank sends to rank+1, chunk it receives from rank-1) at `step`.
+
+    Steps 0..N-2 are the reduce-scatter (the received chunk is added to ours), steps
+    N-1..2N-3 the all-gather (the received chunk, now complete, replaces ours). After the
+    reduce-scatter rank r holds the complete chunk (r+1) % N.
+    """
+    n = world_size
+    if not 0 <= step < 2 * (n - 1):
+        raise ValueError(f"step must be in [0, {2 * (n - 1)}) for world_size {n}, got {step}")
+    if step < n - 1:
+        return "reduce-scatter", (rank - step) % n, (rank - step - 1) % n
+    s = step - (n - 1)
+    return "all-gather", (rank + 1 - s) % n, (rank - s) % n
 
 
 def unchecked_mismatch_worker(rank: int, world_size: int) -> list[float]:

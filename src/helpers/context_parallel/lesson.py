@@ -55,11 +55,6 @@ def chunks_of(seq_len: int, world_size: int, rank: int, layout: str) -> list[tup
 # -- 17 · 2. What must travel: attention one block at a time --------------------------------------
 
 
-def block_skipped(q_start: int, q_len: int, k_start: int, causal: bool) -> bool:
-    """Whether a causal mask hides a whole block: its first key comes after its last query."""
-    return causal and k_start > q_start + q_len - 1
-
-
 def block_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -87,6 +82,11 @@ def block_attention(
     return out, lse
 
 
+def block_skipped(q_start: int, q_len: int, k_start: int, causal: bool) -> bool:
+    """Whether a causal mask hides a whole block: its first key comes after its last query."""
+    return causal and k_start > q_start + q_len - 1
+
+
 def merge_partial(
     out: torch.Tensor | None,
     lse: torch.Tensor | None,
@@ -111,19 +111,6 @@ def merge_partial(
 # -- 17 · 3. Ring attention from scratch ----------------------------------------------------------
 
 
-def _shift(x: torch.Tensor, direction: int, group: Any) -> torch.Tensor:
-    """Send x to rank+direction and return what rank-direction sent (both posted at once)."""
-    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
-    x = x.contiguous()
-    received = torch.empty_like(x)
-    # both posted before either waits: gloo's send blocks until the peer's receive is posted
-    send = dist.isend(x, (rank + direction) % world_size, group=group)
-    recv = dist.irecv(received, (rank - direction) % world_size, group=group)
-    send.wait()
-    recv.wait()
-    return received
-
-
 class RingShift(torch.autograd.Function):
     """Send a tensor to rank+1 and receive rank-1's (isend/irecv); backward goes the other way."""
 
@@ -138,9 +125,17 @@ class RingShift(torch.autograd.Function):
         return _shift(grad, -1, ctx.group), None
 
 
-def ring_owner(rank: int, step: int, world_size: int) -> int:
-    """The rank whose key/value block `rank` holds at ring step `step`: (rank - step) mod N."""
-    return (rank - step) % world_size
+def _shift(x: torch.Tensor, direction: int, group: Any) -> torch.Tensor:
+    """Send x to rank+direction and return what rank-direction sent (both posted at once)."""
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    x = x.contiguous()
+    received = torch.empty_like(x)
+    # both posted before either waits: gloo's send blocks until the peer's receive is posted
+    send = dist.isend(x, (rank + direction) % world_size, group=group)
+    recv = dist.irecv(received, (rank - direction) % world_size, group=group)
+    send.wait()
+    recv.wait()
+    return received
 
 
 def ring_attention(
@@ -348,6 +343,11 @@ def check_one_process(rows: Sequence[dict[str, Any]], tolerance: float = TOLERAN
     )
 
 
+def ring_owner(rank: int, step: int, world_size: int) -> int:
+    """The rank whose key/value block `rank` holds at ring step `step`: (rank - step) mod N."""
+    return (rank - step) % world_size
+
+
 def ring_attention_plan(
     world_size: int, layout: str, causal: bool, seq_len: int = SHAPE[2]
 ) -> list[list[dict[str, Any]]]:
@@ -417,23 +417,6 @@ def work_formula(world_size: int, layout: str, seq_len: int) -> list[int]:
 # -- 17 · 5. The all-gather alternative, and its gradient pitfall ---------------------------------
 
 
-class _GatherSeq(torch.autograd.Function):
-    """All-gather along S in forward; backward: all-reduce the gradient, keep this rank's part."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
-        world_size = dist.get_world_size()
-        parts = [torch.empty_like(x) for _ in range(world_size)]
-        dist.all_gather(parts, x.contiguous())
-        return torch.cat(parts, dim=2)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        grad = grad.contiguous()  # every rank's queries contributed to every key's gradient
-        dist.all_reduce(grad)
-        return grad.chunk(dist.get_world_size(), dim=2)[dist.get_rank()]
-
-
 def _gather(x: torch.Tensor, how: str) -> torch.Tensor:
     """x (B, H, S/N, D) on every rank -> (B, H, S, D) in rank order, with autograd."""
     if how == "nn.functional":
@@ -461,6 +444,23 @@ def allgather_attention(
         qpos = torch.arange(rank * local, (rank + 1) * local).unsqueeze(1)
         mask = torch.arange(seq_len).unsqueeze(0) <= qpos  # True: may attend
     return F.scaled_dot_product_attention(q, k_full, v_full, attn_mask=mask)
+
+
+class _GatherSeq(torch.autograd.Function):
+    """All-gather along S in forward; backward: all-reduce the gradient, keep this rank's part."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        world_size = dist.get_world_size()
+        parts = [torch.empty_like(x) for _ in range(world_size)]
+        dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts, dim=2)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous()  # every rank's queries contributed to every key's gradient
+        dist.all_reduce(grad)
+        return grad.chunk(dist.get_world_size(), dim=2)[dist.get_rank()]
 
 
 def allgather_worker(rank: int, world_size: int, cases: Sequence[dict[str, Any]]) -> list[dict]:

@@ -597,25 +597,6 @@ def unused_params_worker(rank: int, world_size: int) -> dict[str, Any]:
 # -- 08 · 7. Mixed precision in a DDP step: `torch.autocast` and `GradScaler` ---------------------
 
 
-# 08: mixed precision
-
-
-def scaled_step(
-    ddp: DDP,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    x: torch.Tensor,
-    y: torch.Tensor,
-) -> torch.Tensor:
-    """One DDP training step with fp16 autocast and a GradScaler; returns the (unscaled) loss."""
-    with torch.autocast(x.device.type, dtype=torch.float16):
-        loss = F.mse_loss(ddp(x).float(), y)  # forward: autocast picks fp16 for matmuls
-    scaler.scale(loss).backward()  # fp32 grads of loss * scale; DDP all-reduces them here
-    scaler.step(optimizer)  # unscale, check for inf/nan, skip optimizer.step() if any
-    scaler.update()  # skipped: scale * backoff_factor; growth_interval clean steps: * growth_factor
-    return loss
-
-
 def amp_worker(rank: int, world_size: int) -> dict[str, Any]:
     """A DDP step under autocast: dtypes at each stage, and GradScaler agreeing across ranks.
 
@@ -664,3 +645,22 @@ def amp_worker(rank: int, world_size: int) -> dict[str, Any]:
     out["scale_after"] = scaler.get_scale()
     out["params_changed"] = bool((_flat_params(model) != before).any())
     return out
+
+
+# 08: mixed precision
+
+
+def scaled_step(
+    ddp: DDP,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> torch.Tensor:
+    """One DDP training step with fp16 autocast and a GradScaler; returns the (unscaled) loss."""
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss = F.mse_loss(ddp(x).float(), y)  # forward: autocast picks fp16 for matmuls
+    scaler.scale(loss).backward()  # fp32 grads of loss * scale; DDP all-reduces them here
+    scaler.step(optimizer)  # unscale, check for inf/nan, skip optimizer.step() if any
+    scaler.update()  # skipped: scale * backoff_factor; growth_interval clean steps: * growth_factor
+    return loss

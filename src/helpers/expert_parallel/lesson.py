@@ -52,13 +52,6 @@ class MoEParams:
         return self
 
 
-def capacity(tokens: int, k: int, experts: int, capacity_factor: float | None) -> int | None:
-    """Assignments an expert takes from one group: ceil(capacity_factor * T * k / E) (None: all)."""
-    if capacity_factor is None:
-        return None
-    return math.ceil(capacity_factor * tokens * k / experts)
-
-
 def route(
     x: torch.Tensor, p: MoEParams, k: int, capacity_factor: float | None
 ) -> dict[str, torch.Tensor]:
@@ -132,50 +125,11 @@ def check_config(experts: int, world_size: int, k: int, capacity_factor: float |
     return experts // world_size
 
 
-def _log_exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int], what: str) -> None:
-    """Append one exchange of rows of `x` to EXCHANGE_LOG (rows, bytes to and from other ranks)."""
-    rank = dist.get_rank()
-    row = math.prod(x.shape[1:]) * x.element_size()  # bytes of one row (1 for a 1-D tensor)
-    EXCHANGE_LOG.append(
-        {
-            "what": what,
-            "phase": _PHASE[0],
-            "send_rows": list(in_splits),
-            "recv_rows": list(out_splits),
-            "bytes_sent": sum(n for p, n in enumerate(in_splits) if p != rank) * row,
-            "bytes_received": sum(n for p, n in enumerate(out_splits) if p != rank) * row,
-        }
-    )
-
-
 def _all_to_all(
     out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int], what: str
 ) -> None:
     dist.all_to_all_single(out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits)
     _log_exchange(inp, out_splits, in_splits, what)
-
-
-class AllToAll(torch.autograd.Function):
-    """Rows of x go to the ranks `in_splits` says; returns the rows received (`out_splits`).
-
-    Backward: the same exchange reversed (the received rows' gradients go back to their senders).
-    """
-
-    @staticmethod
-    def forward(ctx, x, out_splits, in_splits, what):
-        ctx.splits, ctx.what = (list(out_splits), list(in_splits)), what
-        x = x.contiguous()
-        out = x.new_empty((sum(out_splits), *x.shape[1:]))
-        _all_to_all(out, x, list(out_splits), list(in_splits), what)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        out_splits, in_splits = ctx.splits
-        grad = grad.contiguous()
-        back = grad.new_empty((sum(in_splits), *grad.shape[1:]))
-        _all_to_all(back, grad, in_splits, out_splits, ctx.what + " (backward)")
-        return back, None, None, None
 
 
 def _functional_exchange(x: torch.Tensor, out_splits, in_splits, what: str) -> torch.Tensor:
@@ -245,7 +199,53 @@ def moe_expert_parallel(
     return y, info
 
 
+class AllToAll(torch.autograd.Function):
+    """Rows of x go to the ranks `in_splits` says; returns the rows received (`out_splits`).
+
+    Backward: the same exchange reversed (the received rows' gradients go back to their senders).
+    """
+
+    @staticmethod
+    def forward(ctx, x, out_splits, in_splits, what):
+        ctx.splits, ctx.what = (list(out_splits), list(in_splits)), what
+        x = x.contiguous()
+        out = x.new_empty((sum(out_splits), *x.shape[1:]))
+        _all_to_all(out, x, list(out_splits), list(in_splits), what)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out_splits, in_splits = ctx.splits
+        grad = grad.contiguous()
+        back = grad.new_empty((sum(in_splits), *grad.shape[1:]))
+        _all_to_all(back, grad, in_splits, out_splits, ctx.what + " (backward)")
+        return back, None, None, None
+
+
+def _log_exchange(x: torch.Tensor, out_splits: list[int], in_splits: list[int], what: str) -> None:
+    """Append one exchange of rows of `x` to EXCHANGE_LOG (rows, bytes to and from other ranks)."""
+    rank = dist.get_rank()
+    row = math.prod(x.shape[1:]) * x.element_size()  # bytes of one row (1 for a 1-D tensor)
+    EXCHANGE_LOG.append(
+        {
+            "what": what,
+            "phase": _PHASE[0],
+            "send_rows": list(in_splits),
+            "recv_rows": list(out_splits),
+            "bytes_sent": sum(n for p, n in enumerate(in_splits) if p != rank) * row,
+            "bytes_received": sum(n for p, n in enumerate(out_splits) if p != rank) * row,
+        }
+    )
+
+
 # -- 17 · 8. Capacity, dropped tokens, bytes and expert load --------------------------------------
+
+
+def capacity(tokens: int, k: int, experts: int, capacity_factor: float | None) -> int | None:
+    """Assignments an expert takes from one group: ceil(capacity_factor * T * k / E) (None: all)."""
+    if capacity_factor is None:
+        return None
+    return math.ceil(capacity_factor * tokens * k / experts)
 
 
 def exchange_bytes_formula(per_rank: list[dict], row_bytes: int = HIDDEN * _FLOAT_BYTES) -> list:

@@ -61,43 +61,6 @@ class _Sleep(torch.autograd.Function):
         return grad, None
 
 
-class _Box:
-    __slots__ = ("t", "__weakref__")
-
-    def __init__(self, t: torch.Tensor) -> None:
-        self.t = t
-
-
-class SavedBytes:
-    """Bytes autograd currently keeps for backward from inside the stages that share this meter."""
-
-    def __init__(self) -> None:
-        self.live = 0
-        self.peak = 0
-        self.skip: set[int] = set()  # storages of parameters: weights are not activations
-
-    def ignore(self, params: Any) -> None:
-        """Do not count tensors that share storage with `params`."""
-        self.skip |= {p.untyped_storage().data_ptr() for p in params}
-
-    def _drop(self, nbytes: int) -> None:
-        self.live -= nbytes
-
-    def pack(self, t: torch.Tensor) -> Any:
-        box = _Box(t)
-        nbytes = t.numel() * t.element_size()
-        # meta tensors (shape inference) hold no memory; parameters are not activations
-        if t.device.type != "meta" and t.untyped_storage().data_ptr() not in self.skip:
-            self.live += nbytes
-            self.peak = max(self.peak, self.live)
-            weakref.finalize(box, self._drop, nbytes)  # the graph freed what it saved
-        return box
-
-    @staticmethod
-    def unpack(box: Any) -> torch.Tensor:
-        return box.t
-
-
 class Block(nn.Module):
     """Linear(WIDTH, WIDTH) + Tanh; with `delay_s` > 0 it also sleeps (a stand-in for compute)."""
 
@@ -332,6 +295,46 @@ def deadlock_worker(rank: int, world_size: int, run: dict[str, Any]) -> dict[str
     except RuntimeError as err:  # _wait's "failed": the peer's end of the pair went away
         return {"error": "failed", "message": str(err).split(": [")[0]}
     return {"error": None}
+
+
+# -- 16 · 3. GPipe and 1F1B from scratch, on 2 and 4 stages ---------------------------------------
+
+
+class _Box:
+    __slots__ = ("t", "__weakref__")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+
+class SavedBytes:
+    """Bytes autograd currently keeps for backward from inside the stages that share this meter."""
+
+    def __init__(self) -> None:
+        self.live = 0
+        self.peak = 0
+        self.skip: set[int] = set()  # storages of parameters: weights are not activations
+
+    def ignore(self, params: Any) -> None:
+        """Do not count tensors that share storage with `params`."""
+        self.skip |= {p.untyped_storage().data_ptr() for p in params}
+
+    def _drop(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+    def pack(self, t: torch.Tensor) -> Any:
+        box = _Box(t)
+        nbytes = t.numel() * t.element_size()
+        # meta tensors (shape inference) hold no memory; parameters are not activations
+        if t.device.type != "meta" and t.untyped_storage().data_ptr() not in self.skip:
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(box, self._drop, nbytes)  # the graph freed what it saved
+        return box
+
+    @staticmethod
+    def unpack(box: Any) -> torch.Tensor:
+        return box.t
 
 
 # -- 16 · 4. The schedules as data ----------------------------------------------------------------

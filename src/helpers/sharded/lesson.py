@@ -5,7 +5,8 @@ come just before it). Every top-level definition here is shown by a notebook (`s
 called, anywhere in its body, by one that is, so the counting and timing that shown code does itself
 stays here.
 
-The notebook shows everything it runs from this topic, so there is no harness; the package
+Every definition notebook 13 runs from this topic is shown or called by one that is, so there is
+no harness; the package
 (`helpers.sharded`) re-exports this file. tests/test_code_map.py checks the order and these rules.
 
 Used by: notebook 13.
@@ -132,6 +133,20 @@ def fsdp_padded_numel(shape: tuple[int, ...] | torch.Size, world_size: int) -> i
     return rows * math.prod(shape[1:])
 
 
+def sharding_worker(rank: int, world_size: int, schemes: list[str], steps: int = 3) -> list[dict]:
+    """Train the same model under each scheme ("ddp", "zero1", "zero2", "fsdp2") in turn."""
+    shapes = [p.shape for p in make_model().parameters()]
+    numel = sum(math.prod(s) for s in shapes)
+    padded = sum(padded_numel(math.prod(s), world_size) for s in shapes)
+    fsdp_padded = sum(fsdp_padded_numel(s, world_size) for s in shapes)
+    results = []
+    for scheme in schemes:
+        r = _train(scheme, rank, steps)
+        r |= {"numel": numel, "padded": padded, "fsdp_padded": fsdp_padded}
+        results.append(r)
+    return results
+
+
 def batch(rank: int, step: int, size: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank `rank`'s batch at `step`: inputs (size, 10) and regression targets (size, 6)."""
     g = torch.Generator().manual_seed(1000 * step + rank)
@@ -245,17 +260,3 @@ def _train(scheme: str, rank: int, steps: int) -> dict[str, Any]:
         optimizer.zero_grad()
     out["params"] = _flat_params(model)
     return out
-
-
-def sharding_worker(rank: int, world_size: int, schemes: list[str], steps: int = 3) -> list[dict]:
-    """Train the same model under each scheme ("ddp", "zero1", "zero2", "fsdp2") in turn."""
-    shapes = [p.shape for p in make_model().parameters()]
-    numel = sum(math.prod(s) for s in shapes)
-    padded = sum(padded_numel(math.prod(s), world_size) for s in shapes)
-    fsdp_padded = sum(fsdp_padded_numel(s, world_size) for s in shapes)
-    results = []
-    for scheme in schemes:
-        r = _train(scheme, rank, steps)
-        r |= {"numel": numel, "padded": padded, "fsdp_padded": fsdp_padded}
-        results.append(r)
-    return results

@@ -26,170 +26,6 @@ from torch.nn.modules.batchnorm import _BatchNorm
 # -- 07 · 5. `nn.SyncBatchNorm` cannot train on CPU in this torch ---------------------------------
 
 
-def _sync_group(process_group: Any) -> Any | None:
-    """The group to synchronise over, or None when there is nothing to synchronise with."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return None
-    group = process_group if process_group is not None else dist.group.WORLD
-    return group if dist.get_world_size(group) > 1 else None
-
-
-def _stats_dtype(x: Tensor) -> torch.dtype:
-    """Accumulation dtype: float64 on CPU, float32 on accelerators (float64 stays float64)."""
-    if x.device.type == "cpu":
-        return torch.float64
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
-def global_batch_stats(x: Tensor, group: Any) -> tuple[Tensor, Tensor, Tensor]:
-    """(mean, biased var, count) per channel over every rank's `x`, with ONE all-reduce.
-
-    `x` is (N, C, *); the result tensors are (C,) in the accumulation dtype and differentiable
-    with respect to `x` on every rank.
-    """
-    from torch.distributed import _functional_collectives as funcol
-
-    dims = [0, *range(2, x.dim())]  # every dim but the channel dim
-    acc = _stats_dtype(x)
-    xa = x.to(acc)  # (N, C, *)
-    n_local = x.numel() // x.size(1) if x.size(1) else 0
-    local = torch.stack(
-        [
-            xa.sum(dims),  # (C,)
-            (xa * xa).sum(dims),  # (C,)
-            torch.full((x.size(1),), float(n_local), dtype=acc, device=x.device),
-        ]
-    )  # (3, C)
-    total = funcol.all_reduce(local, "sum", group)  # (3, C), differentiable
-    s, ss, n = total[0], total[1], total[2]
-    mean = s / n
-    var = (ss / n - mean * mean).clamp_min(0.0)  # biased; clamp guards rounding below zero
-    return mean, var, n
-
-
-def convert_sync_batchnorm(
-    module: nn.Module, process_group: Any = None, sync_cls: type | None = None
-) -> nn.Module:
-    """Replace every BatchNorm*d in `module` (recursively) by `sync_cls` (CPUSyncBatchNorm).
-
-    As `nn.SyncBatchNorm.convert_sync_batchnorm` does in torch 2.13, the new layers reuse the
-    old Parameter objects (so values and `requires_grad` are kept, and an optimizer built before
-    still points at them) and the old buffers (running stats, num_batches_tracked), and copy the
-    training flag. Two differences: layers that already synchronise (this class or
-    nn.SyncBatchNorm) are kept with their process group (torch's converter rebuilds them), and
-    the new layers are `sync_cls` (torch's builds `nn.SyncBatchNorm` even when called on a
-    subclass). Returns the converted module (a new object when `module` itself is a BatchNorm).
-    """
-    sync_cls = sync_cls or CPUSyncBatchNorm
-    out = module
-    if isinstance(module, _BatchNorm) and not isinstance(
-        module, (CPUSyncBatchNorm, nn.SyncBatchNorm)
-    ):
-        ref = module.weight if module.weight is not None else module.running_mean
-        factory = {"device": ref.device, "dtype": ref.dtype} if ref is not None else {}
-        out = sync_cls(
-            module.num_features,
-            module.eps,
-            module.momentum,
-            module.affine,
-            module.track_running_stats,
-            process_group,
-            bias=module.bias is not None,
-            **factory,
-        )
-        if module.affine:
-            with torch.no_grad():
-                out.weight = module.weight
-                out.bias = module.bias
-        out.running_mean = module.running_mean
-        out.running_var = module.running_var
-        out.num_batches_tracked = module.num_batches_tracked
-        out.training = module.training
-        if hasattr(module, "qconfig"):
-            out.qconfig = module.qconfig
-    for name, child in module.named_children():
-        out.add_module(name, convert_sync_batchnorm(child, process_group, sync_cls))
-    return out
-
-
-class CPUSyncBatchNorm(_BatchNorm):
-    """`nn.SyncBatchNorm` semantics on any device: global-batch statistics via one all-reduce.
-
-    Same constructor as `nn.SyncBatchNorm`. Accepts (N, C), (N, C, L), (N, C, H, W) and
-    (N, C, D, H, W) inputs.
-    """
-
-    def __init__(
-        self,
-        num_features: int,
-        eps: float = 1e-5,
-        momentum: float | None = 0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
-        process_group: Any | None = None,
-        device=None,
-        dtype=None,
-        *,
-        bias: bool = True,
-    ) -> None:
-        super().__init__(
-            num_features,
-            eps,
-            momentum,
-            affine,
-            track_running_stats,
-            device=device,
-            dtype=dtype,
-            bias=bias,
-        )
-        self.process_group = process_group
-
-    def _check_input_dim(self, input: Tensor) -> None:
-        if input.dim() < 2:
-            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
-
-    def forward(self, input: Tensor) -> Tensor:
-        """BatchNorm over the global batch in training; plain BatchNorm otherwise."""
-        self._check_input_dim(input)
-        group = _sync_group(self.process_group) if self.training else None
-        if group is None:  # eval, no process group or world size 1: exactly BatchNorm
-            return super().forward(input)
-        if self.eps <= 0.0:  # F.batch_norm's training check, same message
-            raise ValueError(f"batch_norm eps must be positive during training, but got {self.eps}")
-
-        mean, var, n = global_batch_stats(input, group)  # (C,) each
-        n_total = n[0].item() if n.numel() else 0.0
-        if n_total <= 1:
-            raise ValueError(
-                "Expected more than 1 value per channel when training, got global input "
-                f"size {int(n_total)}"
-            )
-        if self.track_running_stats:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:  # cumulative moving average, like BatchNorm
-                factor = 1.0 / float(self.num_batches_tracked.item())
-            else:
-                factor = self.momentum
-            with torch.no_grad():
-                unbiased = var * (n_total / (n_total - 1))
-                self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
-                self.running_var.lerp_(unbiased.to(self.running_var.dtype), factor)
-
-        shape = [1, -1] + [1] * (input.dim() - 2)  # broadcast (C,) over (N, C, *)
-        invstd = torch.rsqrt(var + self.eps)
-        y = (input - mean.to(input.dtype).view(shape)) * invstd.to(input.dtype).view(shape)
-        if self.weight is not None:
-            y = y * self.weight.view(shape)
-        if self.bias is not None:
-            y = y + self.bias.view(shape)
-        return y
-
-    @classmethod
-    def convert_sync_batchnorm(cls, module: nn.Module, process_group: Any = None) -> nn.Module:
-        """Same as the module-level `convert_sync_batchnorm`, producing this class."""
-        return convert_sync_batchnorm(module, process_group, sync_cls=cls)
-
-
 def make_global_batch(scenario: dict, step: int) -> tuple[Tensor, Tensor]:
     """(x, upstream grad) of the GLOBAL batch at `step`, identical on every rank (seeded).
 
@@ -269,6 +105,51 @@ def syncbn_scenarios_worker(rank: int, world_size: int, scenarios: Sequence[dict
         except ValueError as err:  # raised on every rank alike (after the all-reduce)
             results.append({"error": str(err)})
     return results
+
+
+def convert_sync_batchnorm(
+    module: nn.Module, process_group: Any = None, sync_cls: type | None = None
+) -> nn.Module:
+    """Replace every BatchNorm*d in `module` (recursively) by `sync_cls` (CPUSyncBatchNorm).
+
+    As `nn.SyncBatchNorm.convert_sync_batchnorm` does in torch 2.13, the new layers reuse the
+    old Parameter objects (so values and `requires_grad` are kept, and an optimizer built before
+    still points at them) and the old buffers (running stats, num_batches_tracked), and copy the
+    training flag. Two differences: layers that already synchronise (this class or
+    nn.SyncBatchNorm) are kept with their process group (torch's converter rebuilds them), and
+    the new layers are `sync_cls` (torch's builds `nn.SyncBatchNorm` even when called on a
+    subclass). Returns the converted module (a new object when `module` itself is a BatchNorm).
+    """
+    sync_cls = sync_cls or CPUSyncBatchNorm
+    out = module
+    if isinstance(module, _BatchNorm) and not isinstance(
+        module, (CPUSyncBatchNorm, nn.SyncBatchNorm)
+    ):
+        ref = module.weight if module.weight is not None else module.running_mean
+        factory = {"device": ref.device, "dtype": ref.dtype} if ref is not None else {}
+        out = sync_cls(
+            module.num_features,
+            module.eps,
+            module.momentum,
+            module.affine,
+            module.track_running_stats,
+            process_group,
+            bias=module.bias is not None,
+            **factory,
+        )
+        if module.affine:
+            with torch.no_grad():
+                out.weight = module.weight
+                out.bias = module.bias
+        out.running_mean = module.running_mean
+        out.running_var = module.running_var
+        out.num_batches_tracked = module.num_batches_tracked
+        out.training = module.training
+        if hasattr(module, "qconfig"):
+            out.qconfig = module.qconfig
+    for name, child in module.named_children():
+        out.add_module(name, convert_sync_batchnorm(child, process_group, sync_cls))
+    return out
 
 
 def make_scenario(
@@ -416,6 +297,128 @@ def checks_worker(
     if probe_native:
         out["native"] = native_cpu_probe(rank, world_size)
     return out
+
+
+# -- 07 · 6. The same computation for CPU: `helpers.syncbn` ---------------------------------------
+
+
+def global_batch_stats(x: Tensor, group: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """(mean, biased var, count) per channel over every rank's `x`, with ONE all-reduce.
+
+    `x` is (N, C, *); the result tensors are (C,) in the accumulation dtype and differentiable
+    with respect to `x` on every rank.
+    """
+    from torch.distributed import _functional_collectives as funcol
+
+    dims = [0, *range(2, x.dim())]  # every dim but the channel dim
+    acc = _stats_dtype(x)
+    xa = x.to(acc)  # (N, C, *)
+    n_local = x.numel() // x.size(1) if x.size(1) else 0
+    local = torch.stack(
+        [
+            xa.sum(dims),  # (C,)
+            (xa * xa).sum(dims),  # (C,)
+            torch.full((x.size(1),), float(n_local), dtype=acc, device=x.device),
+        ]
+    )  # (3, C)
+    total = funcol.all_reduce(local, "sum", group)  # (3, C), differentiable
+    s, ss, n = total[0], total[1], total[2]
+    mean = s / n
+    var = (ss / n - mean * mean).clamp_min(0.0)  # biased; clamp guards rounding below zero
+    return mean, var, n
+
+
+def _sync_group(process_group: Any) -> Any | None:
+    """The group to synchronise over, or None when there is nothing to synchronise with."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    group = process_group if process_group is not None else dist.group.WORLD
+    return group if dist.get_world_size(group) > 1 else None
+
+
+class CPUSyncBatchNorm(_BatchNorm):
+    """`nn.SyncBatchNorm` semantics on any device: global-batch statistics via one all-reduce.
+
+    Same constructor as `nn.SyncBatchNorm`. Accepts (N, C), (N, C, L), (N, C, H, W) and
+    (N, C, D, H, W) inputs.
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        process_group: Any | None = None,
+        device=None,
+        dtype=None,
+        *,
+        bias: bool = True,
+    ) -> None:
+        super().__init__(
+            num_features,
+            eps,
+            momentum,
+            affine,
+            track_running_stats,
+            device=device,
+            dtype=dtype,
+            bias=bias,
+        )
+        self.process_group = process_group
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, input: Tensor) -> Tensor:
+        """BatchNorm over the global batch in training; plain BatchNorm otherwise."""
+        self._check_input_dim(input)
+        group = _sync_group(self.process_group) if self.training else None
+        if group is None:  # eval, no process group or world size 1: exactly BatchNorm
+            return super().forward(input)
+        if self.eps <= 0.0:  # F.batch_norm's training check, same message
+            raise ValueError(f"batch_norm eps must be positive during training, but got {self.eps}")
+
+        mean, var, n = global_batch_stats(input, group)  # (C,) each
+        n_total = n[0].item() if n.numel() else 0.0
+        if n_total <= 1:
+            raise ValueError(
+                "Expected more than 1 value per channel when training, got global input "
+                f"size {int(n_total)}"
+            )
+        if self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative moving average, like BatchNorm
+                factor = 1.0 / float(self.num_batches_tracked.item())
+            else:
+                factor = self.momentum
+            with torch.no_grad():
+                unbiased = var * (n_total / (n_total - 1))
+                self.running_mean.lerp_(mean.to(self.running_mean.dtype), factor)
+                self.running_var.lerp_(unbiased.to(self.running_var.dtype), factor)
+
+        shape = [1, -1] + [1] * (input.dim() - 2)  # broadcast (C,) over (N, C, *)
+        invstd = torch.rsqrt(var + self.eps)
+        y = (input - mean.to(input.dtype).view(shape)) * invstd.to(input.dtype).view(shape)
+        if self.weight is not None:
+            y = y * self.weight.view(shape)
+        if self.bias is not None:
+            y = y + self.bias.view(shape)
+        return y
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module: nn.Module, process_group: Any = None) -> nn.Module:
+        """Same as the module-level `convert_sync_batchnorm`, producing this class."""
+        return convert_sync_batchnorm(module, process_group, sync_cls=cls)
+
+
+def _stats_dtype(x: Tensor) -> torch.dtype:
+    """Accumulation dtype: float64 on CPU, float32 on accelerators (float64 stays float64)."""
+    if x.device.type == "cpu":
+        return torch.float64
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 # -- 07 · 7. What synchronising costs -------------------------------------------------------------

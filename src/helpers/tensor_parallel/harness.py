@@ -1,8 +1,7 @@
 """Tensor and sequence parallelism: the harness.
 
-What the notebooks run around the lesson (`lesson.py` beside this file) without showing it: other
-workers, probes, the counters' context managers, summaries, pictures and the step viewer's entry
-point. It imports from the lesson, never the reverse.
+What the notebooks run around the lesson (`lesson.py` beside this file) without showing it. It
+imports from the lesson, never the reverse.
 
 Used by: notebook 15.
 """

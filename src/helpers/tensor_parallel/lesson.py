@@ -84,6 +84,30 @@ def shard_layer(layer: Layer, rank: int, world_size: int) -> dict[str, torch.Ten
     return {k: v.detach().clone().requires_grad_() for k, v in shards.items()}
 
 
+class CopyToParallel(torch.autograd.Function):
+    """Megatron's f: identity forward, all-reduce of the gradient backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _collective("all_reduce", grad)
+
+
+class ReduceFromParallel(torch.autograd.Function):
+    """Megatron's g: all-reduce forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return _collective("all_reduce", x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
 def _collective(kind: str, tensor: torch.Tensor) -> torch.Tensor:
     """Run one collective on `tensor` (s-first), log its message bytes, return the result.
 
@@ -109,30 +133,6 @@ def _collective(kind: str, tensor: torch.Tensor) -> torch.Tensor:
     return out
 
 
-class CopyToParallel(torch.autograd.Function):
-    """Megatron's f: identity forward, all-reduce of the gradient backward."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _collective("all_reduce", grad)
-
-
-class ReduceFromParallel(torch.autograd.Function):
-    """Megatron's g: all-reduce forward, identity backward."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return _collective("all_reduce", x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
 # -- 15 · 2. An MLP and an attention block, heads split across ranks ------------------------------
 
 
@@ -149,40 +149,6 @@ def _attention(q, k, v, keep, heads: int) -> torch.Tensor:
     probs = torch.softmax((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d)), dim=-1)
     context = _drop(probs, keep) @ v  # (b, a, s, d)
     return context.permute(2, 0, 1, 3).reshape(s, b, width)
-
-
-class ReduceScatterToSequence(torch.autograd.Function):
-    """Reduce-scatter along the sequence, all-gather backward (Korthikanti et al.'s ḡ)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return _collective("reduce_scatter", x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _collective("all_gather", grad)
-
-
-class GatherColumnLinear(torch.autograd.Function):
-    """All-gather the sequence shard, then a column-parallel linear; saves only the shard.
-
-    Backward all-gathers the input again (for the weight gradient) instead of keeping the full
-    input, and reduce-scatters the input gradient: Korthikanti et al.'s memory-saving choice.
-    """
-
-    @staticmethod
-    def forward(ctx, x_shard, weight, bias):
-        ctx.save_for_backward(x_shard, weight)
-        return F.linear(_collective("all_gather", x_shard), weight, bias)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x_shard, weight = ctx.saved_tensors
-        x = _collective("all_gather", x_shard)  # (s, b, h), recomputed
-        grad_weight = grad.flatten(0, 1).t() @ x.flatten(0, 1)
-        grad_bias = grad.sum((0, 1))
-        grad_x = _collective("reduce_scatter", grad @ weight)
-        return grad_x, grad_weight, grad_bias
 
 
 def attention_block(w, x, local, world_size: int, sequence: bool = False, use_f: bool = True):
@@ -267,27 +233,65 @@ def tp_layer(shards, x, masks, rank: int, world_size: int, sequence: bool = Fals
     return mlp_block(shards, x, local, sequence, use_f)
 
 
-def activation_bytes(fn, params) -> tuple[Any, dict[str, int]]:
-    """Run `fn()` and count the bytes of the tensors autograd saves for backward.
+def _log_counts(phase: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in COMM_LOG:
+        if c["phase"] == phase:
+            out[c["kind"]] = out.get(c["kind"], 0) + 1
+    return dict(sorted(out.items()))
 
-    Parameters (and views of them) are left out; a tensor saved twice (the same storage, offset,
-    shape and strides) counts once. LayerNorm's per-token mean and rstd are counted apart, as
-    "stats" (one value per token each): the paper's formula leaves them out.
-    """
-    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
-    seen: dict[tuple, tuple[int, bool]] = {}
 
-    def pack(t):
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in param_ptrs:
-            key = (ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
-            seen[key] = (t.numel() * t.element_size(), t.dim() == 3 and t.shape[-1] == 1)
-        return t
+def _scratch_mlp_counts(layer, rank, world_size, sequence) -> dict[str, dict[str, int]]:
+    """The from-scratch MLP block's collectives, per phase, counted from COMM_LOG."""
+    device = current_device()
+    shards = {k: v.to(device).detach().requires_grad_()
+              for k, v in shard_layer(layer, rank, world_size).items()}  # fmt: skip
+    ones = {k: torch.ones_like(v, device=device) for k, v in dropout_masks().items()}
+    local = _local_masks(ones, rank, world_size, sequence)
+    x = layer_input().to(device)
+    if sequence:
+        x = x[rank * (SEQ // world_size) : (rank + 1) * (SEQ // world_size)]
+    COMM_LOG.clear()
+    _PHASE[0] = "forward"
+    out = mlp_block(shards, x.clone().requires_grad_(), local, sequence)
+    _PHASE[0] = "backward"
+    (out**2).sum().backward()
+    return {"forward": _log_counts("forward"), "backward": _log_counts("backward")}
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    stats = sum(b for b, is_stat in seen.values() if is_stat)
-    return out, {"activations": sum(b for b, s in seen.values() if not s), "stats": stats}
+
+def tensor_parallel_worker(rank: int, world_size: int) -> dict[str, Any]:
+    """Everything notebook 15 measures on this rank: TP, TP without f, SP, memory, DTensor."""
+    device = current_device()
+    layer, x, masks = make_layer(), layer_input().to(device), dropout_masks()
+    masks = {k: v.to(device) for k, v in masks.items()}
+    results = {}
+    for name, kw in {"tp": {}, "no_f": {"use_f": False}, "sp": {"sequence": True}}.items():
+        shards = {k: v.to(device) for k, v in shard_layer(layer, rank, world_size).items()}
+        shards = {k: v.detach().requires_grad_() for k, v in shards.items()}
+        results[name] = _run(shards, x, masks, rank, world_size, **kw)
+    # activation memory in bf16 (the paper's 2-byte values), forward only
+    layer16 = make_layer(dtype=torch.bfloat16).to(device)
+    x16 = layer_input(dtype=torch.bfloat16).to(device).requires_grad_()
+    memory = {}
+    for name, sequence in (("tp", False), ("sp", True)):
+        shards = shard_layer(layer16, rank, world_size)
+        xin = (
+            x16[rank * (SEQ // world_size) : (rank + 1) * (SEQ // world_size)] if sequence else x16
+        )
+        _, memory[name] = activation_bytes(
+            lambda s=shards, xi=xin, q=sequence: tp_layer(s, xi, masks, rank, world_size, q),
+            shards.values(),
+        )
+    results["memory"] = memory
+    results["scratch_mlp"] = {
+        name: _scratch_mlp_counts(layer, rank, world_size, sequence)
+        for name, sequence in (("tp", False), ("sp", True))
+    }
+    results["dtensor"] = {
+        name: _dtensor_run(rank, world_size, sequence)
+        for name, sequence in (("tp", False), ("sp", True))
+    }
+    return results
 
 
 def _grads(named: dict[str, torch.Tensor]) -> dict[str, list]:
@@ -318,6 +322,99 @@ def _run(shards, x, masks, rank, n, sequence=False, use_f=True):
         "grads": _grads(shards),
         "comm": list(COMM_LOG),
     }
+
+
+# -- 15 · 4. Sequence parallelism: all-gather and reduce-scatter ----------------------------------
+
+
+class ReduceScatterToSequence(torch.autograd.Function):
+    """Reduce-scatter along the sequence, all-gather backward (Korthikanti et al.'s ḡ)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return _collective("reduce_scatter", x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _collective("all_gather", grad)
+
+
+class GatherColumnLinear(torch.autograd.Function):
+    """All-gather the sequence shard, then a column-parallel linear; saves only the shard.
+
+    Backward all-gathers the input again (for the weight gradient) instead of keeping the full
+    input, and reduce-scatters the input gradient: Korthikanti et al.'s memory-saving choice.
+    """
+
+    @staticmethod
+    def forward(ctx, x_shard, weight, bias):
+        ctx.save_for_backward(x_shard, weight)
+        return F.linear(_collective("all_gather", x_shard), weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x_shard, weight = ctx.saved_tensors
+        x = _collective("all_gather", x_shard)  # (s, b, h), recomputed
+        grad_weight = grad.flatten(0, 1).t() @ x.flatten(0, 1)
+        grad_bias = grad.sum((0, 1))
+        grad_x = _collective("reduce_scatter", grad @ weight)
+        return grad_x, grad_weight, grad_bias
+
+
+# -- 15 · 5. Activation memory per rank, against Korthikanti et al. (2022) ------------------------
+
+
+def korthikanti_bytes(s: int, b: int, h: int, a: int, t: int = 1, sequence: bool = False):
+    """Activation bytes per layer per rank, Korthikanti et al. 2022 (16-bit values, 1-byte masks).
+
+    No parallelism: s·b·h·(34 + 5·a·s/h); tensor parallel t: s·b·h·(10 + 24/t + 5·a·s/(h·t));
+    tensor + sequence parallel: s·b·h·(34/t + 5·a·s/(h·t)).
+    """
+    sbh = s * b * h
+    if sequence:
+        return sbh * (34 / t + 5 * a * s / (h * t))
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+def activation_bytes(fn, params) -> tuple[Any, dict[str, int]]:
+    """Run `fn()` and count the bytes of the tensors autograd saves for backward.
+
+    Parameters (and views of them) are left out; a tensor saved twice (the same storage, offset,
+    shape and strides) counts once. LayerNorm's per-token mean and rstd are counted apart, as
+    "stats" (one value per token each): the paper's formula leaves them out.
+    """
+    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+    seen: dict[tuple, tuple[int, bool]] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in param_ptrs:
+            key = (ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+            seen[key] = (t.numel() * t.element_size(), t.dim() == 3 and t.shape[-1] == 1)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    stats = sum(b for b, is_stat in seen.values() if is_stat)
+    return out, {"activations": sum(b for b, s in seen.values() if not s), "stats": stats}
+
+
+# -- 15 · 6. Bytes per collective, per layer, per rank --------------------------------------------
+
+
+def ring_bytes(kind: str, message_bytes: float, world_size: int) -> float:
+    """Bytes one rank sends for a collective of `message_bytes` under the ring algorithm.
+
+    all_reduce (a reduce-scatter, then an all-gather): 2 (N - 1) / N x message;
+    all_gather and reduce_scatter: (N - 1) / N x message (message = the full tensor).
+    """
+    factor = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
+    if kind not in factor:
+        raise ValueError(f"unknown collective {kind!r}: use one of {sorted(factor)}")
+    return factor[kind] * (world_size - 1) / world_size * message_bytes
+
+
+# -- 15 · 7. The same block with PyTorch's API ----------------------------------------------------
 
 
 class MLPBlock(nn.Module):
@@ -414,97 +511,6 @@ def _dtensor_run(rank: int, world_size: int, sequence: bool) -> dict[str, Any]:
         "comm": {"forward": forward, "backward": backward},
         "saved": saved,
     }
-
-
-def _log_counts(phase: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in COMM_LOG:
-        if c["phase"] == phase:
-            out[c["kind"]] = out.get(c["kind"], 0) + 1
-    return dict(sorted(out.items()))
-
-
-def _scratch_mlp_counts(layer, rank, world_size, sequence) -> dict[str, dict[str, int]]:
-    """The from-scratch MLP block's collectives, per phase, counted from COMM_LOG."""
-    device = current_device()
-    shards = {k: v.to(device).detach().requires_grad_()
-              for k, v in shard_layer(layer, rank, world_size).items()}  # fmt: skip
-    ones = {k: torch.ones_like(v, device=device) for k, v in dropout_masks().items()}
-    local = _local_masks(ones, rank, world_size, sequence)
-    x = layer_input().to(device)
-    if sequence:
-        x = x[rank * (SEQ // world_size) : (rank + 1) * (SEQ // world_size)]
-    COMM_LOG.clear()
-    _PHASE[0] = "forward"
-    out = mlp_block(shards, x.clone().requires_grad_(), local, sequence)
-    _PHASE[0] = "backward"
-    (out**2).sum().backward()
-    return {"forward": _log_counts("forward"), "backward": _log_counts("backward")}
-
-
-def tensor_parallel_worker(rank: int, world_size: int) -> dict[str, Any]:
-    """Everything notebook 15 measures on this rank: TP, TP without f, SP, memory, DTensor."""
-    device = current_device()
-    layer, x, masks = make_layer(), layer_input().to(device), dropout_masks()
-    masks = {k: v.to(device) for k, v in masks.items()}
-    results = {}
-    for name, kw in {"tp": {}, "no_f": {"use_f": False}, "sp": {"sequence": True}}.items():
-        shards = {k: v.to(device) for k, v in shard_layer(layer, rank, world_size).items()}
-        shards = {k: v.detach().requires_grad_() for k, v in shards.items()}
-        results[name] = _run(shards, x, masks, rank, world_size, **kw)
-    # activation memory in bf16 (the paper's 2-byte values), forward only
-    layer16 = make_layer(dtype=torch.bfloat16).to(device)
-    x16 = layer_input(dtype=torch.bfloat16).to(device).requires_grad_()
-    memory = {}
-    for name, sequence in (("tp", False), ("sp", True)):
-        shards = shard_layer(layer16, rank, world_size)
-        xin = (
-            x16[rank * (SEQ // world_size) : (rank + 1) * (SEQ // world_size)] if sequence else x16
-        )
-        _, memory[name] = activation_bytes(
-            lambda s=shards, xi=xin, q=sequence: tp_layer(s, xi, masks, rank, world_size, q),
-            shards.values(),
-        )
-    results["memory"] = memory
-    results["scratch_mlp"] = {
-        name: _scratch_mlp_counts(layer, rank, world_size, sequence)
-        for name, sequence in (("tp", False), ("sp", True))
-    }
-    results["dtensor"] = {
-        name: _dtensor_run(rank, world_size, sequence)
-        for name, sequence in (("tp", False), ("sp", True))
-    }
-    return results
-
-
-# -- 15 · 5. Activation memory per rank, against Korthikanti et al. (2022) ------------------------
-
-
-def korthikanti_bytes(s: int, b: int, h: int, a: int, t: int = 1, sequence: bool = False):
-    """Activation bytes per layer per rank, Korthikanti et al. 2022 (16-bit values, 1-byte masks).
-
-    No parallelism: s·b·h·(34 + 5·a·s/h); tensor parallel t: s·b·h·(10 + 24/t + 5·a·s/(h·t));
-    tensor + sequence parallel: s·b·h·(34/t + 5·a·s/(h·t)).
-    """
-    sbh = s * b * h
-    if sequence:
-        return sbh * (34 / t + 5 * a * s / (h * t))
-    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
-
-
-# -- 15 · 6. Bytes per collective, per layer, per rank --------------------------------------------
-
-
-def ring_bytes(kind: str, message_bytes: float, world_size: int) -> float:
-    """Bytes one rank sends for a collective of `message_bytes` under the ring algorithm.
-
-    all_reduce (a reduce-scatter, then an all-gather): 2 (N - 1) / N x message;
-    all_gather and reduce_scatter: (N - 1) / N x message (message = the full tensor).
-    """
-    factor = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}
-    if kind not in factor:
-        raise ValueError(f"unknown collective {kind!r}: use one of {sorted(factor)}")
-    return factor[kind] * (world_size - 1) / world_size * message_bytes
 
 
 # -- 15 · 8. Many ranks in one process ------------------------------------------------------------
