@@ -289,7 +289,7 @@ def unchecked_mismatch_worker(rank: int, world_size: int) -> list[float]:
 
 
 def _timed(key: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args), its time added to `key` of every open `profile_ring()` block."""
+    """fn(*args), its time added to `key` of every open `harness.profile_ring()` block."""
     if not _PROFILES:
         return fn(*args)
     t0 = time.perf_counter()

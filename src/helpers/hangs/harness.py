@@ -47,10 +47,11 @@ def innermost_call(stacks: str) -> str:
     return "<no main thread>"
 
 
-#: Exercise 19.1's job: 3 ranks, a 3 s group timeout; at sequence number 3 the odd rank calls
-#: broadcast where the others call all_reduce (the judge's truth; tests/test_hangs.py checks
-#: it against the analyzer's reading of a real run).
-MYSTERY = {"world_size": 3, "timeout_s": 3.0, "rank": 1, "seq": 3, "op": "broadcast"}
+#: Exercise 19.1's job: 3 ranks, a 3 s group timeout; at sequence number 3 the odd rank, rank 0,
+#: calls broadcast where the others call all_reduce (the judge's truth; tests/test_hangs.py
+#: checks it against the dumps and the analyzer's reading of a real run, which takes rank 0's
+#: entry as the expected one and so blames ranks 1 and 2).
+MYSTERY = {"world_size": 3, "timeout_s": 3.0, "rank": 0, "seq": 3, "op": "broadcast"}
 
 
 def mystery_worker(rank: int, world_size: int, timeout_s: float, odd: int) -> dict:

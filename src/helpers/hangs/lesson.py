@@ -56,23 +56,35 @@ def extra_collective_worker(rank: int, world_size: int, timeout_s: float) -> dic
         time.sleep(1.5)  # some work of its own first
         seen = {"error": None}
     if seen["error"] is None:
+        start = time.monotonic()
         seen = outcome("barrier", lambda: dist.barrier(group=group))
+        seen["barrier_s"] = time.monotonic() - start  # how long this rank's barrier lasted
     seen["dump"] = json.loads(_dump_fr_trace_json(includeCollectives=True))
     return seen
 
 
 def wait_timeout_worker(rank: int, world_size: int, group_s: float, wait_s: float) -> dict:
-    """Rank 1 is late; rank 0 waits for its all_reduce with a timeout shorter than the group's."""
+    """Rank 1 is late for everything. Rank 0 waits for an all_reduce with a timeout shorter than
+    the group's, then for an isend (on a second group) with the same, then for the all_reduce
+    again with none; each wait's outcome says how long after the all_reduce's start it ended."""
     group = dist.new_group(timeout=timedelta(seconds=group_s))
+    p2p = dist.new_group(timeout=timedelta(seconds=group_s))  # the isend's own group
     x = torch.ones(2)
     if rank == 1:
         time.sleep(group_s + 1)  # late for everything rank 0 waits on
-        return {"call": "sleep", "error": None, "waited_s": None}
+        return {"waits": [], "completed": None}
+    start, waits = time.monotonic(), []
+
+    def timed(call: str, fn) -> None:
+        waits.append(outcome(call, fn) | {"at_s": time.monotonic() - start})
+
     work = dist.all_reduce(x, group=group, async_op=True)
-    start = time.monotonic()
-    seen = outcome("work.wait", lambda: work.wait(timeout=timedelta(seconds=wait_s)))
-    seen["waited_s"] = time.monotonic() - start
-    return seen
+    timed("all_reduce's work.wait(timeout)", lambda: work.wait(timeout=timedelta(seconds=wait_s)))
+    completed = work.is_completed()  # after its wait timed out
+    send = dist.isend(x, dst=1, group=p2p)
+    timed("isend's work.wait(timeout)", lambda: send.wait(timeout=timedelta(seconds=wait_s)))
+    timed("all_reduce's work.wait()", lambda: work.wait())
+    return {"waits": waits, "completed": completed}
 
 
 def dead_peer_worker(rank: int, world_size: int, timeout_s: float) -> None:
@@ -89,13 +101,19 @@ def dead_peer_worker(rank: int, world_size: int, timeout_s: float) -> None:
 # -- 19 · 2. Mismatches found, not guessed: fingerprints and a monitored barrier ------------------
 
 
-def fingerprint_worker(rank: int, world_size: int, mismatch: str) -> dict:
-    """One collective that differs on rank 1 (its shape or its op), under DETAIL debugging."""
+def fingerprint_worker(
+    rank: int, world_size: int, mismatch: str, odd: tuple = (1,), timeout_s: float = 5.0
+) -> dict:
+    """One all_reduce under DETAIL debugging, which the ranks in `odd` get wrong: a longer
+    tensor ("shape"), a broadcast instead ("op"), or they never call it ("skip")."""
     dist.set_debug_level(dist.DebugLevel.DETAIL)  # what TORCH_DISTRIBUTED_DEBUG=DETAIL sets
-    group = dist.new_group(timeout=timedelta(seconds=5))
-    x = torch.ones(3 if rank == 1 and mismatch == "shape" else 2)
+    group = dist.new_group(timeout=timedelta(seconds=timeout_s))
+    x = torch.ones(3 if rank in odd and mismatch == "shape" else 2)
     start = time.monotonic()
-    if rank == 1 and mismatch == "op":
+    if rank in odd and mismatch == "skip":
+        time.sleep(timeout_s + 2)  # never calls the all_reduce
+        seen = {"call": "sleep", "error": None}
+    elif rank in odd and mismatch == "op":
         seen = outcome("broadcast", lambda: dist.broadcast(x, src=0, group=group))
     else:
         seen = outcome("all_reduce", lambda: dist.all_reduce(x, group=group))
@@ -161,8 +179,9 @@ def _fr_log() -> Iterator[list[str]]:
 
 def analyze_dumps(dumps: list[dict], ranks: list[int] | None = None) -> dict:
     """Run torch's analyzer (`build_db`, as the debug server's FlightRecorderHandler._build_db
-    does, without its verbose flag) on one dump per rank; `ranks` fills in each group's members
-    where a dump records none. Returns plain data: the collectives it matched and its log."""
+    does, without its verbose flag) on one dump per rank. With `ranks`, each dump's pg_config is
+    replaced by one group per `pg_id` its entries carry, keyed and named as the entries name it,
+    with these members. Returns plain data: the collectives it matched and its log."""
     from torch.distributed.flight_recorder.components.builder import build_db
     from torch.distributed.flight_recorder.components.config_manager import JobConfig
 
@@ -259,10 +278,10 @@ def watch_ranks(world_size: int, handlers: tuple, wait_s: float = 20.0) -> Itera
 # -- 19 · 5. The store: who never arrived ---------------------------------------------------------
 
 
-def rendezvous_worker(rank: int, world_size: int, port: int, missing: int, timeout_s: float):
-    """Every rank but `missing` builds a gloo group through the TCPStore at `port`."""
+def rendezvous_worker(rank: int, world_size: int, port: int, missing: list, timeout_s: float):
+    """Every rank not in `missing` builds a gloo group through the TCPStore at `port`."""
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
-    if rank == missing:
+    if rank in missing:
         time.sleep(timeout_s + 2)  # never arrives at the rendezvous
         return {"call": "sleep", "error": None}
     job = dist.PrefixStore("job", store)  # the group's keys start with job/
