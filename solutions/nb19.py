@@ -9,7 +9,7 @@ MYSTERY = (0, 3, "broadcast")
 # 19.2 monitored_barrier's docstring: with wait_all_ranks=False rank 0 "will throw on the first
 # failed rank it encounters"; it checks the ranks in order, so it names rank 2 ("Rank 2 failed
 # to pass monitoredBarrier"). Under DETAIL the wrapper's check before the all_reduce is a
-# monitored barrier whose message, in section 2, read "Ranks 1 failed": the collect-all form,
+# monitored barrier called with waitAllRanks true (section 2 quotes ProcessGroupWrapper.cpp),
 # so with ranks 2 and 3 skipping it names both ("Ranks 2, 3 failed").
 LATE = ({2}, {2, 3})
 
@@ -32,7 +32,7 @@ WRONG = {
     "19.2": [
         (({2, 3}, {2, 3}), "first failed rank"),
         (({3}, {2, 3}), "rank order"),
-        (({2}, {2}), "Ranks"),
+        (({2}, {2}), "waitAllRanks"),
         (({0, 2}, {0, 2, 3}), "never names itself"),
         ({2}, "two sets"),
     ],

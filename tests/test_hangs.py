@@ -107,6 +107,41 @@ def test_environment_restores() -> None:
     assert "HANGS_TEST_VAR" not in os.environ
 
 
+_SUMMARY = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+helpers.torchrun FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-02_16:19:44
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 7053)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 7053
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_16:19:44
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 7052)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_torchrun_failures_reads_the_summary() -> None:
+    """The root cause and the other failures, by global rank, from torchrun's summary (the
+    format of a real hung run's log); a log with no summary is an error, not an empty answer."""
+    found = hangs.torchrun_failures("[rank0]: RuntimeError: ...\n" + _SUMMARY)
+    assert found == {"root": (0, 1), "others": {1: -15}}, found
+    with pytest.raises(ValueError, match="no torchrun failure summary"):
+        hangs.torchrun_failures("no summary here")
+
+
 def test_mystery_is_what_judge_19_1_says() -> None:
     """The odd rank's entry differs from the two others', and the analyzer, which expects the
     first rank's entry, blames the two ranks that agree."""

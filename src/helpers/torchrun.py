@@ -1,8 +1,8 @@
 """Start torchrun from a notebook (or any Python) so that no worker can outlive the caller.
 
-Used by: notebook 09 (training with torchrun), notebook 04 (`agent_store_rule`) and
-tests/test_train_ddp.py. Linux is the target
-(PR_SET_PDEATHSIG); elsewhere a polling watchdog stands in. Imports no torch (it is cheap).
+Used by: notebook 09 (training with torchrun), notebook 04 (`agent_store_rule`), notebook 19
+(`run_torchrun`) and tests/test_train_ddp.py. Linux is the target (PR_SET_PDEATHSIG); elsewhere
+a polling watchdog stands in. Imports no torch (it is cheap).
 
     result = run_torchrun(["-m", "helpers.train_ddp", "--epochs", "2"], nproc_per_node=2)
     result.returncode, result.log        # exit code of torchrun, its whole output (both ranks)

@@ -39,7 +39,7 @@ def mystery(answer: Any) -> str:
             rank=truth[0],
             op=truth[2],
             seq=truth[1],
-            others=" and ".join(map(str, others)),
+            others=", ".join(map(str, others)),
         )
     if rank is None or seq is None:
         raise Hint(tr("the rank and the sequence number are whole numbers"))
@@ -69,13 +69,13 @@ def every_late_rank(answer: Any) -> str:
     try:
         first, every = ({as_int(r) for r in part} for part in answer)
     except TypeError:
-        raise Hint(tr("answer with two sets of ranks, e.g. ({1}, {1, 2})")) from None
+        raise Hint(tr("answer with two sets of ranks, e.g. ({{1}}, {{1, 2}})")) from None
     truth = ({min(LATE)}, set(LATE))
     if (first, every) == truth:
         return tr(
             "with wait_all_ranks=False rank 0 throws on the first failed rank it meets (rank "
-            "{first}); DETAIL's check begins with a monitored barrier that names every rank "
-            'that missed it ({every}), the form of section 2\'s "Ranks 1 failed".',
+            "{first}); DETAIL's check begins with a monitored barrier called with waitAllRanks "
+            "true, which names every rank that missed it ({every}).",
             first=min(LATE),
             every=sorted(LATE),
         )
@@ -87,8 +87,8 @@ def every_late_rank(answer: Any) -> str:
         raise Hint(tr("rank 0 checks the other ranks in rank order: which late rank comes first?"))
     raise Hint(
         tr(
-            "DETAIL's check is a monitored barrier too: does section 2's message for a skipped "
-            'all_reduce read like wait_all_ranks=False or like True ("Rank" or "Ranks")?'
+            "DETAIL's check is a monitored barrier too: with which waitAllRanks does the "
+            "wrapper call it (section 2)?"
         )
     )
 
@@ -116,7 +116,7 @@ def store_keys(answer: Any) -> str:
         raise Hint(
             tr(
                 "ranks {missing} never arrived, so they wrote no key",
-                missing=" and ".join(map(str, RENDEZVOUS_MISSING)),
+                missing=", ".join(map(str, RENDEZVOUS_MISSING)),
             )
         )
     if keys != truth_keys:

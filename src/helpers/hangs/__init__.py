@@ -3,9 +3,10 @@
 Used by: notebook 19 (when distributed training hangs) and tests/test_hangs.py.
 CPU with gloo only: each worker builds a group with a timeout of a few seconds, so every hang
 ends by itself; torch's debug worker server listens on 127.0.0.1 only, and the TCPStore
-server of `hosted_store` lives for one cell. `lesson` holds the workers the notebook shows,
-`harness` what runs around them (torch's Flight Recorder analyzer on the dumps, watchers that
-read a hung job from the parent, the exercise's job).
+server of `hosted_store` lives for one cell. `lesson` holds what the notebook shows (the
+workers, the call of torch's Flight Recorder analyzer, the watchers that read a hung job from
+the parent, the store it hosts); `harness` what runs around them unshown (the readers of
+messages, stacks, dumps and torchrun's summary, the exercise's job).
 """
 
 from .harness import (
@@ -17,6 +18,7 @@ from .harness import (
     innermost_call,
     mystery_dumps,
     mystery_worker,
+    torchrun_failures,
 )
 from .lesson import (
     _Capture,
@@ -32,6 +34,7 @@ from .lesson import (
     outcome,
     rendezvous_worker,
     served_worker,
+    torchrun_job,
     wait_timeout_worker,
     watch_ranks,
 )

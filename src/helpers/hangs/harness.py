@@ -32,6 +32,23 @@ def error_text(message: str | None) -> str | None:
     return _PEER.sub(r"[\1]:<port>", _LOCATION.sub("", message)).strip()
 
 
+_FAILURE = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: \d+\)\n\s*exitcode\s*: (-?\d+)", re.M)
+
+
+def torchrun_failures(log: str) -> dict:
+    """torchrun's failure summary (the ChildFailedError block at the end of its log) as
+    {"root": (rank, exitcode), "others": {rank: exitcode}}: the "Root Cause (first observed
+    failure)" and the "Failures" listed above it."""
+    if "Root Cause (first observed failure):" not in log:
+        raise ValueError("no torchrun failure summary in the log (did the run fail?)")
+    summary = log[log.rindex("Failures:") :]
+    others, root = summary.split("Root Cause (first observed failure):")
+    found = {"others": {int(r): int(c) for r, c in _FAILURE.findall(others)}}
+    ((rank, code),) = _FAILURE.findall(root)
+    found["root"] = (int(rank), int(code))
+    return found
+
+
 def fr_entries(dump: dict) -> list[tuple[int, str]]:
     """(collective_seq_id, profiling_name) of each Flight Recorder entry, oldest first."""
     return [(e["collective_seq_id"], e["profiling_name"]) for e in dump.get("entries", [])]

@@ -45,13 +45,15 @@ def outcome(call: str, fn) -> dict:
 
 def extra_collective_worker(rank: int, world_size: int, timeout_s: float) -> dict:
     """Rank 0 calls one all_reduce more than the others; then every rank calls a barrier, the
-    others 1.5 s later than rank 0 (so rank 0's timeout fires first). Returns the call that
-    raised, its message and this rank's Flight Recorder dump."""
+    others 1.5 s later than rank 0 (so rank 0's timeout fires first). Rank 0 stays alive 2 s
+    after its error. Returns the call that raised, its message and this rank's Flight Recorder
+    dump."""
     group = dist.new_group(timeout=timedelta(seconds=timeout_s))
     x = torch.ones(2)
     dist.all_reduce(x, group=group)  # every rank: collective 1
     if rank == 0:
         seen = outcome("all_reduce", lambda: dist.all_reduce(x, group=group))
+        time.sleep(2.0)  # alive past the others' own timeout: whatever they see, it is no exit
     else:
         time.sleep(1.5)  # some work of its own first
         seen = {"error": None}
@@ -65,14 +67,15 @@ def extra_collective_worker(rank: int, world_size: int, timeout_s: float) -> dic
 
 def wait_timeout_worker(rank: int, world_size: int, group_s: float, wait_s: float) -> dict:
     """Rank 1 is late for everything. Rank 0 waits for an all_reduce with a timeout shorter than
-    the group's, then for an isend (on a second group) with the same, then for the all_reduce
-    again with none; each wait's outcome says how long after the all_reduce's start it ended."""
+    the group's, then for an isend (on a group of its own) with the same, then for the isend and
+    the all_reduce again with none; each wait's outcome says how long after the all_reduce's
+    start it ended, and `completed` what is_completed() said after the first two waits."""
     group = dist.new_group(timeout=timedelta(seconds=group_s))
-    p2p = dist.new_group(timeout=timedelta(seconds=group_s))  # the isend's own group
+    p2p = dist.new_group(timeout=timedelta(seconds=group_s))  # what the isend's timeout breaks
     x = torch.ones(2)
     if rank == 1:
         time.sleep(group_s + 1)  # late for everything rank 0 waits on
-        return {"waits": [], "completed": None}
+        return {"waits": [], "completed": {}}
     start, waits = time.monotonic(), []
 
     def timed(call: str, fn) -> None:
@@ -80,9 +83,10 @@ def wait_timeout_worker(rank: int, world_size: int, group_s: float, wait_s: floa
 
     work = dist.all_reduce(x, group=group, async_op=True)
     timed("all_reduce's work.wait(timeout)", lambda: work.wait(timeout=timedelta(seconds=wait_s)))
-    completed = work.is_completed()  # after its wait timed out
     send = dist.isend(x, dst=1, group=p2p)
     timed("isend's work.wait(timeout)", lambda: send.wait(timeout=timedelta(seconds=wait_s)))
+    completed = {"all_reduce": work.is_completed(), "isend": send.is_completed()}  # ~2 s in
+    timed("isend's work.wait()", lambda: send.wait())
     timed("all_reduce's work.wait()", lambda: work.wait())
     return {"waits": waits, "completed": completed}
 
@@ -96,6 +100,20 @@ def dead_peer_worker(rank: int, world_size: int, timeout_s: float) -> None:
         os._exit(3)  # a crash: no exception, no cleanup, the sockets close
     time.sleep(0.3)  # rank 1 is gone by now
     dist.all_reduce(x, group=group)
+
+
+def torchrun_job(mode: str, timeout_s: float = 3.0) -> None:
+    """A torchrun worker: one all_reduce; then rank 1 dies ("dead") or lives on calling no
+    collective ("hung"), while rank 0 works for 1 s and calls a second all_reduce."""
+    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))  # env:// from torchrun
+    x = torch.ones(2)
+    dist.all_reduce(x)
+    if dist.get_rank() == 1:
+        if mode == "dead":
+            os._exit(3)  # a crash, as in dead_peer_worker
+        time.sleep(timeout_s + 30)  # alive, in no collective: hung
+    time.sleep(1.0)  # work of its own (rank 1, when dead, has exited by now)
+    dist.all_reduce(x)
 
 
 # -- 19 · 2. Mismatches found, not guessed: fingerprints and a monitored barrier ------------------
@@ -180,8 +198,8 @@ def _fr_log() -> Iterator[list[str]]:
 def analyze_dumps(dumps: list[dict], ranks: list[int] | None = None) -> dict:
     """Run torch's analyzer (`build_db`, as the debug server's FlightRecorderHandler._build_db
     does, without its verbose flag) on one dump per rank. With `ranks`, each dump's pg_config is
-    replaced by one group per `pg_id` its entries carry, keyed and named as the entries name it,
-    with these members. Returns plain data: the collectives it matched and its log."""
+    replaced by one group per group name its entries carry (`process_group[0]`, what the analyzer
+    looks up), with these members. Returns plain data: the collectives it matched and its log."""
     from torch.distributed.flight_recorder.components.builder import build_db
     from torch.distributed.flight_recorder.components.config_manager import JobConfig
 
@@ -191,7 +209,7 @@ def analyze_dumps(dumps: list[dict], ranks: list[int] | None = None) -> dict:
     for rank, dump in enumerate(dumps):
         dump = json.loads(json.dumps(dump))  # a copy: the caller's dumps stay as recorded
         if ranks is not None:
-            groups = {str(e["pg_id"]) for e in dump.get("entries", [])}
+            groups = {e["process_group"][0] for e in dump.get("entries", [])}
             dump["pg_config"] = {g: {"name": g, "desc": "", "ranks": str(ranks)} for g in groups}
         details[f"rank{rank}.json"] = {"rank": rank, "host_name": f"rank{rank}", **dump}
     with _fr_log() as log:
