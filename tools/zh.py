@@ -51,7 +51,7 @@ EXERCISE_CATALOG = LOCALE / "exercises.po"
 #: A new notebook's judge module joins when its messages are translated (`tools/zh.py exercises`).
 TRANSLATED_JUDGES = (
     "__init__", "nb00", "nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09",
-    "nb10", "nb11", "nb12", "nb13", "nb14", "nb15", "nb16", "nb17", "nb18",
+    "nb10", "nb11", "nb12", "nb13", "nb14", "nb15", "nb16", "nb17", "nb18", "nb19",
 )  # fmt: skip
 
 
