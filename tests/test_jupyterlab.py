@@ -275,6 +275,18 @@ KERNEL_STATE = """() => {
 }"""
 
 
+# Run All has started: a cell is queued or running ("[*]:"), has run ("[1]:"), or the
+# kernel is busy
+RUN_STARTED = """() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  if (!panel) return false;
+  const kernel = panel.querySelector('.jp-Notebook-ExecutionIndicator');
+  if (kernel && kernel.getAttribute('data-status') !== 'idle') return true;
+  return [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+    .some(p => /\\[(\\*|\\d+)\\]/.test(p.innerText));
+}"""
+
+
 def _click(locator, what: str) -> None:
     try:
         locator.click(timeout=PAGE_TIMEOUT_S * 1000)
@@ -304,8 +316,21 @@ def run_ring_viewer(page) -> tuple[dict, dict]:
         ),
         timeout_s=KERNEL_TIMEOUT_S,
     )
-    _click(page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")), "the Run menu")
-    _click(page.locator(".lm-Menu-item[data-command='runmenu:run-all']"), "Run > Run All Cells")
+    # a click on the menu can be lost (the notebook not yet focused, a toast over it): the
+    # fresh-clone run saw every prompt still "[ ]:" and the kernel idle 240 s after it. Run All
+    # has then not started, so the viewer's check has not begun: click it once more
+    for attempt in range(2):
+        _click(page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")), "the Run menu")
+        _click(page.locator(".lm-Menu-item[data-command='runmenu:run-all']"), "Run > Run All Cells")
+        try:
+            page.wait_for_function(RUN_STARTED, timeout=PAGE_TIMEOUT_S * 1000)
+            break
+        except PlaywrightTimeout:
+            if attempt:
+                raise AssertionError(
+                    f"Run > Run All Cells, clicked twice, started no cell within "
+                    f"{PAGE_TIMEOUT_S:.0f} s: {page.evaluate(KERNEL_STATE)}"
+                ) from None
     # the viewer's output is either the rendered slider or, with no widget manager, the
     # text/plain twin "step 0 of 4: ...": wait for whichever comes first
     try:
