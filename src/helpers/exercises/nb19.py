@@ -127,7 +127,7 @@ def store_keys(answer: Any) -> str:
         raise Hint(tr("the waiting ranks name a key that never came"))
     raise Hint(
         tr(
-            "a waiting rank waits for the other ranks' keys one after another and names the "
-            "one its wait timed out on: which missing key does it reach first?"
+            "a waiting rank waits for the ranks' keys one after another, in rank order, and "
+            "names the one its wait timed out on: which missing key does it reach first?"
         )
     )
