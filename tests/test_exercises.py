@@ -6,7 +6,9 @@ A notebook's exercises are its `check("NN.k", ...)` cells (helpers.exercises). F
 - the notebook ships with the starter untouched: the check cell's stored output (which strict
   nbval re-creates on every run) says "not yet";
 - every typical wrong answer in `WRONG` fails with a hint containing the words listed for it,
-  and there is at least one per exercise.
+  and there is at least one per exercise;
+- the hints come in steps: where an exercise has a `reveal` (the helper or call that computes
+  the answer), the first hint for a wrong answer does not name it, nor show the second step.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def test_every_notebook_has_three_checked_exercises(path: Path) -> None:
 def test_exercise_both_directions(name: str, key: str) -> None:
     nn = key.split(".")[0]
     stored = _check_cells(ROOT / "notebooks" / name)[key]
-    assert stored.startswith(f"{key} not yet:"), (
+    assert stored.startswith(f"✗ {key} not yet:"), (
         f"{name}: the check cell of {key} must show the untouched starter failing: {stored!r}"
     )
     sol = importlib.import_module(f"solutions.nb{nn}")
@@ -62,6 +64,7 @@ def test_exercise_both_directions(name: str, key: str) -> None:
     ok, message = ex.judge(key, sol.SOLUTIONS[key])
     assert ok, f"the worked solution of {key} fails its own check: {message}"
     assert ex.judge(key, ...) == (False, ex.NOT_STARTED)
+    called = _revealed_names(key)
     wrong = sol.WRONG.get(key, [])
     assert wrong, f"solutions/nb{nn}.py lists no typical wrong answer for {key}"
     for answer, words in wrong:
@@ -71,6 +74,68 @@ def test_exercise_both_directions(name: str, key: str) -> None:
             f"{key}: hint for {answer!r} is {hint!r}, lacks {words!r}"
         )
         assert hint != ex.NOT_STARTED, f"{key}: a wrong answer got the generic starter message"
+        given = sorted(n for n in called if re.search(rf"\b{re.escape(n)}\b", hint))
+        assert not given, (
+            f"{key}: the first hint for {answer!r} names {given}, which the third step reveals: "
+            f"{hint!r}"
+        )
+        assert ex.LOOK.split(":")[0] not in hint, f"{key}: a first hint shows the second step"
+
+
+def _prompts(path: Path) -> dict[str, str]:
+    """key -> the text a student reads before checking it: the exercise's markdown cell and its
+    starter cells (everything tagged `exercise` since the previous check cell)."""
+    found, since = {}, []
+    for cell in nbformat.read(path, 4).cells:
+        if "exercise" not in cell.get("metadata", {}).get("tags", []):
+            continue
+        keys = CHECK.findall(cell.source) if cell.cell_type == "code" else []
+        if keys:
+            for key in keys:
+                found[key] = "\n".join(since)
+            since = []
+        else:
+            since.append(cell.source)
+    return found
+
+
+def _revealed_names(key: str) -> set[str]:
+    """The helpers a reveal names: `pp.simulate(...)` -> {"simulate"}; `tp.ring_bytes` ->
+    {"ring_bytes"}: the called or dotted names inside its code spans."""
+    reveal = ex._load(key).reveal or ""
+    names = set()
+    for span in re.findall(r"`([^`]+)`", reveal):
+        names |= set(re.findall(r"([A-Za-z_]\w{3,})\s*\(", span))
+        names |= set(re.findall(r"\.([A-Za-z_]\w{3,})", span))
+    return names
+
+
+def test_hints_step_on_with_each_wrong_try(capsys: pytest.CaptureFixture) -> None:
+    @ex.exercise("99.2", "a stepped exercise", look=ex.N_("section 9"), reveal=ex.N_("`f(1)`"))
+    def _judge(answer):
+        if answer != 42:
+            raise ex.Hint("think about the units")
+        return "42 it is"
+
+    ex._attempts.pop("99.2", None)
+    for answer in (..., 41, 40, ..., 39, 42):
+        ex.check("99.2", answer)
+    assert capsys.readouterr().out.splitlines() == [
+        f"✗ 99.2 not yet: {ex.NOT_STARTED}",
+        "✗ 99.2 not yet: think about the units",
+        "✗ 99.2 not yet: think about the units",
+        "  Where to look: section 9",
+        f"✗ 99.2 not yet: {ex.NOT_STARTED}",
+        "✗ 99.2 not yet: think about the units",
+        "  Where to look: section 9",
+        "  What computes it: `f(1)`",
+        "✓ 99.2 correct: 42 it is",
+        "  Checked against: `f(1)`",
+    ]
+    long = ex.verdict("99.3", False, "word " * 40)
+    assert all(len(line) <= ex.WIDTH for line in long.splitlines()), long
+    words = [w for line in long.splitlines() for w in line.split()]
+    assert words == ["✗", "99.3", "not", "yet:"] + ["word"] * 40, long
 
 
 def test_check_never_raises_and_names_the_exception(capsys: pytest.CaptureFixture) -> None:
@@ -92,11 +157,11 @@ def test_check_never_raises_and_names_the_exception(capsys: pytest.CaptureFixtur
     ex.check("99.1", starter)
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        f"99.1 not yet: {ex.NOT_STARTED}",
-        "99.1 not yet: the answer is a number between 40 and 45",
-        "99.1 not yet: your code raised ZeroDivisionError: division by zero",
-        "99.1 correct: 42",
-        f"99.1 not yet: {ex.NOT_STARTED}",
+        f"✗ 99.1 not yet: {ex.NOT_STARTED}",
+        "✗ 99.1 not yet: the answer is a number between 40 and 45",
+        "✗ 99.1 not yet: your code raised ZeroDivisionError: division by zero",
+        "✓ 99.1 correct: 42",
+        f"✗ 99.1 not yet: {ex.NOT_STARTED}",
     ]
 
 

@@ -293,7 +293,7 @@ def test_a_chinese_run_prints_chinese_hints(nn: str, capsys: pytest.CaptureFixtu
     for key in sorted(ex.exercises(nn)):
         with ex.language("zh"):
             ex.check(key, ...)
-        assert capsys.readouterr().out == f"{key} 还不对：{catalog[ex.NOT_STARTED]}\n"
+        assert capsys.readouterr().out == f"✗ {key} 还不对：{catalog[ex.NOT_STARTED]}\n"
         for answer, _ in sol.WRONG.get(key, [])[:1]:
             with ex.language("zh"):
                 ok, hint = ex.judge(key, answer)
@@ -334,8 +334,10 @@ def test_a_kernel_in_notebooks_zh_prints_chinese() -> None:
         where: subprocess.run(run, cwd=where, env=env, capture_output=True, text=True, check=True)
         for where in (zh.EN, zh.ZH)
     }
-    assert out[zh.EN].stdout.startswith("07.1 not yet: replace the `...`"), out[zh.EN].stdout
-    assert out[zh.ZH].stdout.startswith("07.1 还不对：把上面"), out[zh.ZH].stdout
+    assert out[zh.EN].stdout.startswith("✗ 07.1 not yet: replace the starter's `...`"), out[
+        zh.EN
+    ].stdout
+    assert out[zh.ZH].stdout.startswith("✗ 07.1 还不对：把起始单元格"), out[zh.ZH].stdout
     assert out[zh.ZH].stderr == "", out[zh.ZH].stderr
 
 
@@ -347,12 +349,12 @@ def test_stored_check_lines_of_a_chinese_twin_are_chinese() -> None:
         if c.cell_type == "code" and re.search(r"^check\(\"07\.", c.source, re.M)
     ]
     want = [
-        f"07.{k} 还不对：把上面起始单元格里的 `...` 换成你的答案，再运行本单元格\n"
+        f"✗ 07.{k} 还不对：把起始单元格里的 `...` 换成你的答案，再运行本单元格\n"
         for k in range(1, 5)
     ]
     assert stored == want, stored
     english = [
-        {"output_type": "stream", "name": "stdout", "text": "07.1 not yet: something else\n"}
+        {"output_type": "stream", "name": "stdout", "text": "✗ 07.1 not yet: something else\n"}
     ]
     assert zh.check_outputs_in_chinese(english) == english, "a line not in the catalog stays"
 

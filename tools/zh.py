@@ -183,28 +183,36 @@ def translated(notebook: Path, po: polib.POFile | None = None):
     return zh
 
 
-_CHECK_LINE = re.compile(r"^(\d\d\.\d+) (correct|not yet): (.*)$", re.M)
+#: A check's verdict as `check` prints it: a mark, the key, the label, the message wrapped onto
+#: lines that start with two spaces (helpers.exercises.verdict).
+_CHECK_LINE = re.compile(r"^([✓✗]) (\d\d\.\d+) (correct|not yet): (.*(?:\n  .*)*)", re.M)
 
 
 def check_outputs_in_chinese(outputs: list) -> list:
-    """A code cell's stored outputs with each check line ("05.1 not yet: ...") as a Chinese
+    """A code cell's stored outputs with each check verdict ("✗ 05.1 not yet: ...") as a Chinese
     kernel prints it, where the message is a catalog entry without fields (the untouched
     starter's message, the one stored output a check cell has); everything else as it is.
 
     The twin's code cells are byte-identical, so a Chinese reader who runs a check cell gets
     Chinese (helpers.exercises.i18n); this makes the stored output, which the book shows, agree.
     """
+    if str(ROOT / "src") not in sys.path:
+        sys.path.insert(0, str(ROOT / "src"))
+    from helpers.exercises import verdict
+    from helpers.exercises.i18n import language
+
     catalog = polib.pofile(str(EXERCISE_CATALOG), wrapwidth=0) if EXERCISE_CATALOG.exists() else []
-    chinese = {e.msgid: e.msgstr for e in catalog if e.msgstr and not e.fuzzy}
-    labels = {
-        label: chinese.get(f"{{key}} {label}: {{message}}") for label in ("correct", "not yet")
-    }
+    chinese = {e.msgid for e in catalog if e.msgstr and not e.fuzzy}
 
     def line(m: re.Match) -> str:
-        key, label, message = m.groups()
-        if message not in chinese or "{" in message or labels[label] is None:
+        mark, key, label, wrapped = m.groups()
+        message = " ".join(part.strip() for part in wrapped.split("\n"))
+        if message not in chinese or "{" in message:
             return m.group()
-        return labels[label].format(key=key, message=chinese[message])
+        with language("zh"):
+            from helpers.exercises.i18n import tr
+
+            return verdict(key, label == "correct", tr(message))
 
     out = copy.deepcopy(outputs)
     for o in out:

@@ -6,19 +6,32 @@ Used by: the `## Exercises` section of every notebook; tests/test_exercises.py; 
     answer = ...  # TODO: which rank sends chunk 2 at step 1?
 
     # check cell
-    check("05.1", answer)      # prints "05.1 correct: ..." or "05.1 not yet: <a specific hint>"
+    check("05.1", answer)      # prints "✓ 05.1 correct: ..." or "✗ 05.1 not yet: <a hint>"
 
 An exercise is a *judge*: a function that takes the reader's answer and returns the text to show
 when it is right, or raises `Hint("...")` naming what is wrong. Judges live in one module per
-notebook (`helpers.exercises.nb05`, ...), registered with `@exercise("05.1", "title")`; worked
-solutions live outside the notebooks, in `solutions/nb05.py` (`SOLUTIONS` and the typical wrong
-answers `WRONG` that the test suite feeds to every judge).
+notebook (`helpers.exercises.nb05`, ...), registered with `@exercise("05.1", "title", look=...,
+reveal=...)`; worked solutions live outside the notebooks, in `solutions/nb05.py` (`SOLUTIONS`
+and the typical wrong answers `WRONG` that the test suite feeds to every judge).
+
+Hints come in steps, so a first wrong answer does not receive the solution:
+1. the first wrong try shows the judge's hint for that mistake: what to think about;
+2. the second adds `look`, where in the notebook (or torch) to look;
+3. the third and later add `reveal`, the helper or call that computes the answer.
+A right answer's verdict ends with `reveal` too, so the student sees what checked it. A `Hint`
+may carry its own `look`/`reveal` (for one mistake); otherwise the exercise's are used. The
+prompt never names what `reveal` names (tests/test_exercises.py checks it).
 
 Why it is built this way:
 - `check` never raises: a notebook ships with its starters untouched, and nbval re-executes it,
-  so the stored output of every check cell is the "not yet" hint for the starter.
+  so the stored output of every check cell is the "not yet" line for the starter (an untouched
+  starter is not a try: it does not move the hints on).
+- The verdict starts with a mark (✓ or ✗) and is wrapped at words (`verdict`), so it reads at a
+  glance in JupyterLab, the book and the Chinese edition, as plain text that needs no trust.
 - Answers that are functions are called by the judge, and whatever they raise becomes a hint
-  naming the exception (a student's bug is feedback, not a crashed cell).
+  naming the exception (a student's bug is feedback, not a crashed cell). A coding exercise's
+  judge also runs hidden cases (other sizes, uneven splits, another world size), so a function
+  that returns the prompt's case by heart fails with "a hidden case".
 - Exercises that need several ranks run the reader's function through `launch` like the rest of
   the notebook. A function typed in a notebook lives in `__main__`, which spawned workers cannot
   import, so `launch` writes its source (and what it uses from the notebook) to a module in a
@@ -33,7 +46,9 @@ import importlib
 import inspect
 import math
 import numbers
+import re
 import textwrap
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +63,8 @@ __all__ = [
     "exercises",
     "launch_source",
     "as_int",
+    "verdict",
+    "wrap",
     "NOT_STARTED",
     "tr",
     "N_",
@@ -56,11 +73,20 @@ __all__ = [
 ]
 
 #: What `check` says about an untouched starter (an answer that is still `...`).
-NOT_STARTED = N_("replace the `...` in the starter cell above with your answer, then run this cell")
+NOT_STARTED = N_("replace the starter's `...` with your answer, then run this cell")
 
 
 class Hint(Exception):
-    """Raised by a judge: the answer is not right yet; the message says what to look at."""
+    """Raised by a judge: the answer is not right yet; the message says what to think about.
+
+    `look` and `reveal` (already translated text) replace the exercise's second and third steps
+    for this one mistake.
+    """
+
+    def __init__(self, message: str, *, look: str | None = None, reveal: str | None = None):
+        super().__init__(message)
+        self.look = look
+        self.reveal = reveal
 
 
 @dataclass(frozen=True)
@@ -68,18 +94,28 @@ class Exercise:
     key: str
     title: str
     judge: Callable[[Any], str]
+    #: msgid: where to look (the second step of the hints)
+    look: str | None = None
+    #: msgid: the helper or call that computes the answer (third step; in the right verdict)
+    reveal: str | None = None
 
 
 _REGISTRY: dict[str, Exercise] = {}
 
 
-def exercise(key: str, title: str) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
-    """Register `fn(answer) -> explanation` (raising `Hint`) as the judge of exercise `key`."""
+def exercise(
+    key: str, title: str, *, look: str | None = None, reveal: str | None = None
+) -> Callable[[Callable[[Any], str]], Callable[[Any], str]]:
+    """Register `fn(answer) -> explanation` (raising `Hint`) as the judge of exercise `key`.
+
+    `look` (where to look) and `reveal` (what computes the answer) are the hints' second and
+    third steps, English msgids marked with `N_` (translated when shown).
+    """
 
     def register(fn: Callable[[Any], str]) -> Callable[[Any], str]:
         if key in _REGISTRY and _REGISTRY[key].judge is not fn:
             raise ValueError(f"exercise {key!r} is registered twice")
-        _REGISTRY[key] = Exercise(key, title, fn)
+        _REGISTRY[key] = Exercise(key, title, fn, look, reveal)
         return fn
 
     return register
@@ -178,29 +214,101 @@ def _untouched(answer: Any) -> bool:
     return False
 
 
-def judge(key: str, answer: Any) -> tuple[bool, str]:
-    """(correct, message) for `answer` to exercise `key`; what `check` prints, for tests."""
+#: The steps' labels (msgids).
+LOOK = N_("Where to look: {look}")
+REVEAL = N_("What computes it: {reveal}")
+CHECKED = N_("Checked against: {reveal}")
+#: How wide a verdict line may be (display columns; a CJK character counts two).
+WIDTH = 88
+
+_attempts: dict[str, int] = {}
+
+
+def judge(key: str, answer: Any, attempt: int = 1) -> tuple[bool, str]:
+    """(correct, message) for `answer` to exercise `key` at the `attempt`-th wrong try.
+
+    What `check` prints, for tests. The message of a wrong answer is the judge's hint, with the
+    exercise's `look` from the second try and its `reveal` from the third; a right answer's ends
+    with `reveal`. Paragraphs are separated by newlines (`verdict` wraps them).
+    """
     ex = _load(key)
     if _untouched(answer):
         return False, tr(NOT_STARTED)
+    look = tr(ex.look) if ex.look else None
+    reveal = tr(ex.reveal) if ex.reveal else None
     try:
-        return True, ex.judge(answer)
+        message = ex.judge(answer)
     except Hint as hint:
-        return False, str(hint)
+        parts = [str(hint)]
+        look = hint.look or look
+        reveal = hint.reveal or reveal
     except Exception as e:  # the reader's function raised: that is feedback too
-        return False, tr("your code raised {error}: {message}", error=type(e).__name__, message=e)
+        parts = [tr("your code raised {error}: {message}", error=type(e).__name__, message=e)]
+    else:
+        return True, "\n".join([message] + ([tr(CHECKED, reveal=reveal)] if reveal else []))
+    if attempt >= 2 and look:
+        parts.append(tr(LOOK, look=look))
+    if attempt >= 3 and reveal:
+        parts.append(tr(REVEAL, reveal=reveal))
+    return False, "\n".join(parts)
+
+
+#: CJK ideographs, punctuation and full-width forms: a line may break before or after each one.
+_CJK = "\u2e80-\u9fff\uff00-\uffef\u3000-\u303f"
+
+
+def _width(ch: str) -> int:
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def wrap(text: str, width: int = WIDTH, indent: str = "  ", first: str = "") -> list[str]:
+    """`text` in lines of at most `width` columns, broken at spaces or between CJK characters,
+    never inside a word or an identifier (one longer than a line gets a line of its own); the
+    first line starts with `first`, the others with `indent`."""
+    tokens = re.findall(rf"\s+|[{_CJK}]|[^\s{_CJK}]+", text)
+    lines: list[str] = []
+    line, used = first, len(first)
+    for tok in tokens:
+        if tok.isspace():
+            if line:
+                line, used = line + " ", used + 1
+            continue
+        w = sum(_width(c) for c in tok)
+        if line.strip() and used + w > width:
+            lines.append(line.rstrip())
+            line, used = indent, len(indent)
+        line, used = line + tok, used + w
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines
+
+
+def verdict(key: str, ok: bool, message: str) -> str:
+    """The lines `check` prints: a mark, the key and the label, then the message, wrapped."""
+    label = N_("{key} correct: {message}") if ok else N_("{key} not yet: {message}")
+    first, *more = message.split("\n")
+    lines = wrap(("✓ " if ok else "✗ ") + tr(label, key=key, message=first))
+    for paragraph in more:
+        lines += wrap(paragraph, first="  ", indent="    ")
+    return "\n".join(lines)
 
 
 def check(key: str, answer: Any) -> None:
-    """Print "KEY correct: why" or "KEY not yet: hint" for the reader's `answer`; never raises.
+    """Print "✓ KEY correct: why" or "✗ KEY not yet: hint" for the reader's `answer`; never raises.
 
-    In a Chinese notebook (helpers.exercises.i18n) the labels and the judge's message are Chinese.
+    Each wrong try (not the untouched starter) moves this exercise's hints one step on, for as
+    long as the kernel runs. In a Chinese notebook (helpers.exercises.i18n) the labels and the
+    judge's message are Chinese.
     """
-    ok, message = judge(key, answer)
-    if ok:
-        print(tr("{key} correct: {message}", key=key, message=message))
-    else:
-        print(tr("{key} not yet: {message}", key=key, message=message))
+    try:
+        untouched = _untouched(answer)
+    except Exception:
+        untouched = False
+    attempt = _attempts.get(key, 0) + (0 if untouched else 1)
+    ok, message = judge(key, answer, attempt=max(attempt, 1))
+    if not ok and not untouched:
+        _attempts[key] = attempt
+    print(verdict(key, ok, message))
 
 
 # --- several ranks ------------------------------------------------------------------------------
