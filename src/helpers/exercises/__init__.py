@@ -80,13 +80,22 @@ class Hint(Exception):
     """Raised by a judge: the answer is not right yet; the message says what to think about.
 
     `look` and `reveal` (already translated text) replace the exercise's second and third steps
-    for this one mistake.
+    for this one mistake. `counts=False` says the check itself could not run (a launch that
+    failed before the reader's code ran): that is not a wrong try, so the hints do not step on.
     """
 
-    def __init__(self, message: str, *, look: str | None = None, reveal: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        look: str | None = None,
+        reveal: str | None = None,
+        counts: bool = True,
+    ):
         super().__init__(message)
         self.look = look
         self.reveal = reveal
+        self.counts = counts
 
 
 @dataclass(frozen=True)
@@ -231,26 +240,39 @@ def judge(key: str, answer: Any, attempt: int = 1) -> tuple[bool, str]:
     exercise's `look` from the second try and its `reveal` from the third; a right answer's ends
     with `reveal`. Paragraphs are separated by newlines (`verdict` wraps them).
     """
+    ok, message, _ = _judge(key, answer, attempt)
+    return ok, message
+
+
+def _judge(key: str, answer: Any, attempt: int) -> tuple[bool, str, bool]:
+    """`judge`, and whether this answer counts as a try (False: untouched, or not checked)."""
     ex = _load(key)
-    if _untouched(answer):
-        return False, tr(NOT_STARTED)
+    try:
+        untouched = _untouched(answer)
+    except Exception:  # an answer that cannot be inspected is judged as it is
+        untouched = False
+    if untouched:
+        return False, tr(NOT_STARTED), False
     look = tr(ex.look) if ex.look else None
     reveal = tr(ex.reveal) if ex.reveal else None
+    counts = True
     try:
         message = ex.judge(answer)
     except Hint as hint:
         parts = [str(hint)]
         look = hint.look or look
         reveal = hint.reveal or reveal
+        counts = hint.counts
     except Exception as e:  # the reader's function raised: that is feedback too
         parts = [tr("your code raised {error}: {message}", error=type(e).__name__, message=e)]
     else:
-        return True, "\n".join([message] + ([tr(CHECKED, reveal=reveal)] if reveal else []))
-    if attempt >= 2 and look:
+        lines = [message] + ([tr(CHECKED, reveal=reveal)] if reveal else [])
+        return True, "\n".join(lines), True
+    if counts and attempt >= 2 and look:
         parts.append(tr(LOOK, look=look))
-    if attempt >= 3 and reveal:
+    if counts and attempt >= 3 and reveal:
         parts.append(tr(REVEAL, reveal=reveal))
-    return False, "\n".join(parts)
+    return False, "\n".join(parts), counts
 
 
 #: CJK ideographs, punctuation and full-width forms: a line may break before or after each one.
@@ -300,13 +322,9 @@ def check(key: str, answer: Any) -> None:
     long as the kernel runs. In a Chinese notebook (helpers.exercises.i18n) the labels and the
     judge's message are Chinese.
     """
-    try:
-        untouched = _untouched(answer)
-    except Exception:
-        untouched = False
-    attempt = _attempts.get(key, 0) + (0 if untouched else 1)
-    ok, message = judge(key, answer, attempt=max(attempt, 1))
-    if not ok and not untouched:
+    attempt = _attempts.get(key, 0) + 1
+    ok, message, counts = _judge(key, answer, attempt)
+    if not ok and counts:
         _attempts[key] = attempt
     print(verdict(key, ok, message))
 
