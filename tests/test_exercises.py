@@ -7,8 +7,11 @@ A notebook's exercises are its `check("NN.k", ...)` cells (helpers.exercises). F
   nbval re-creates on every run) says "not yet";
 - every typical wrong answer in `WRONG` fails with a hint containing the words listed for it,
   and there is at least one per exercise;
-- the hints come in steps: where an exercise has a `reveal` (the helper or call that computes
-  the answer), the first hint for a wrong answer does not name it, nor show the second step.
+- the hints come in steps: every exercise has a `look` and a `reveal` (the helper or call that
+  computes the answer); neither the prompt, the starter nor the first hint for a wrong answer
+  names what `reveal` names, and a first hint does not show the second step;
+- every notebook has a coding exercise (the answer is a function the student writes) with hidden
+  cases: a typical wrong answer that passes the shown case by heart fails with "a hidden case".
 """
 
 from __future__ import annotations
@@ -99,6 +102,36 @@ def _prompts(path: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.parametrize("name,key", _cases())
+def test_steps_are_given_and_the_prompt_does_not_reveal(name: str, key: str) -> None:
+    exercise = ex._load(key)
+    assert exercise.look and exercise.reveal, (
+        f"{key}: give the exercise `look=` (where to look) and `reveal=` (what computes the "
+        "answer), the hints' second and third steps"
+    )
+    prompt = _prompts(ROOT / "notebooks" / name)[key]
+    named = sorted(n for n in _revealed_names(key) if re.search(rf"\b{re.escape(n)}\b", prompt))
+    assert not named, f"{name}: the prompt or starter of {key} names {named}, which `reveal` holds"
+
+
+def _is_code(key: str) -> bool:
+    sol = importlib.import_module(f"solutions.nb{key.split('.')[0]}").SOLUTIONS[key]
+    return callable(sol) and getattr(sol, "__module__", "").startswith("solutions.")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_every_notebook_has_a_coding_exercise_with_hidden_cases(path: Path) -> None:
+    nn = path.name[:2]
+    coding = [k for k in sorted(_check_cells(path)) if _is_code(k)]
+    assert coding, f"{path.name}: no exercise whose answer is code the student writes"
+    wrong = importlib.import_module(f"solutions.nb{nn}").WRONG
+    hidden = [k for k in coding if any("a hidden case" in w for _, w in wrong.get(k, []))]
+    assert hidden, (
+        f"{path.name}: coding exercises {coding} list no WRONG answer (one that passes the shown "
+        "case by heart) failing with 'a hidden case'"
+    )
+
+
 def _revealed_names(key: str) -> set[str]:
     """The helpers a reveal names: `pp.simulate(...)` -> {"simulate"}; `tp.ring_bytes` ->
     {"ring_bytes"}: the called or dotted names inside its code spans."""
@@ -131,6 +164,23 @@ def test_hints_step_on_with_each_wrong_try(capsys: pytest.CaptureFixture) -> Non
         "  What computes it: `f(1)`",
         "✓ 99.2 correct: 42 it is",
         "  Checked against: `f(1)`",
+    ]
+
+    @ex.exercise("99.4", "a check that could not run", look=ex.N_("here"), reveal=ex.N_("`g()`"))
+    def _not_run(answer):
+        if answer == "flaky":
+            raise ex.Hint("the check could not run; run this cell again", counts=False)
+        raise ex.Hint("not that")
+
+    ex._attempts.pop("99.4", None)
+    for answer in ("flaky", 1, "flaky", 2):
+        ex.check("99.4", answer)
+    assert capsys.readouterr().out.splitlines() == [
+        "✗ 99.4 not yet: the check could not run; run this cell again",
+        "✗ 99.4 not yet: not that",
+        "✗ 99.4 not yet: the check could not run; run this cell again",
+        "✗ 99.4 not yet: not that",
+        "  Where to look: here",
     ]
     long = ex.verdict("99.3", False, "word " * 40)
     assert all(len(line) <= ex.WIDTH for line in long.splitlines()), long

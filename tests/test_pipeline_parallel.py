@@ -11,7 +11,7 @@
   gradients; a mismatched recv (nobody sends) and 1F1B on blocking sends (both ranks send) end
   within bounded time naming both ranks; a micro-batch count that does not divide the batch
   fails on the ranks with the same clear error, from scratch and with torch's schedules;
-- the exercise judges accept equivalent right answers (a Fraction, a NumPy float, a tuple).
+- the exercise judges accept equivalent right answers (a list for a tuple, NumPy numbers, an array).
 - the notebook's editable copy of scratch_order (a cell's function, run through `order_fn`):
   read from the notebook's cell; each of the three changes the notebook suggests fails as the
   notebook says (the held and order checks' messages, the step refusing a backward before its
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 import time
-from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -289,14 +288,12 @@ def test_bad_microbatch_count_fails_on_the_ranks(worker, run) -> None:
 def test_judges_accept_equivalent_answers() -> None:
     from helpers import exercises as ex
 
-    for answer in (7 / 39, Fraction(7, 39), np.float64(7 / 39), 0.18):
+    for answer in ((64, 32), [64, 32], (np.int64(64), 32.0)):
         assert ex.judge("16.1", answer)[0], answer
-    for answer in ("F3", " f3 ", ("F", 3), (1, "F", 3)):
+    for answer in (("F7", 10), (" f7 ", 10), ["F7", 10], ("F7", np.int64(10))):
         assert ex.judge("16.2", answer)[0], answer
-    ok, hint = ex.judge("16.2", (0, "F", 3))
-    assert not ok and "string" in hint, hint
-    assert ex.judge("16.3", (8, 7, 6, 5, 4, 3, 2, 1))[0]
-    assert ex.judge("16.3", [8.0, 7, 6, 5, 4, 3, 2, 1])[0]
+    for answer in ((4, 4, 4, 3, 2, 1), [4.0, 4, 4, 3, 2, 1], np.array([4, 4, 4, 3, 2, 1])):
+        assert ex.judge("16.3", answer)[0], answer
 
 
 # --- the notebook's editable copy of scratch_order (section 3's "change this and rerun") -------

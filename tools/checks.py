@@ -5,7 +5,8 @@
 A notebook ships with its starters untouched, so each check cell's stored output is the
 untouched starter's verdict (`helpers.exercises.verdict` of `NOT_STARTED`), which strict nbval
 re-creates on every run. When that line's form changes (the mark, the wrapping) or a new check
-cell is added, this writes it into the English notebook; `tools/zh.py build` then gives the twin
+cell is added, this writes it into the English notebook (with an execution count, which
+nbval needs to compare a cell's outputs); `tools/zh.py build` then gives the twin
 its Chinese line. Outputs of a check cell that are not a verdict are kept.
 """
 
@@ -35,12 +36,17 @@ def refresh(path: Path) -> int:
     """Rewrite the stored verdicts of `path`'s check cells; returns how many cells changed."""
     nb = nbformat.read(path, 4)
     changed = 0
+    count = 0  # the execution count of the code cell before (nbval refuses outputs without one)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
+        count = cell.get("execution_count") or count + 1
         keys = CHECK.findall(cell.source)
         if not keys:
             continue
+        if cell.get("execution_count") is None:
+            cell.execution_count = count
+            changed += 1
         kept = [
             o
             for o in cell.get("outputs", [])

@@ -346,9 +346,11 @@ def launch_source(
     `helpers.launch.launch` writes the function's source to a module the workers import, with
     what it uses from the notebook (imports, constants, other functions) and, first, `import
     torch` and `import torch.distributed as dist`, so a reader's function may use `torch` and
-    `dist` without importing them. Returns what `launch` returns; raises its ValueError for a
-    global that cannot be written out.
+    `dist` without importing them. The backend is gloo unless `backend=` says otherwise: a judge
+    checks on the CPU, on any machine. Returns what `launch` returns; raises its ValueError for
+    a global that cannot be written out.
     """
     from helpers.launch import launch
 
+    launch_kwargs.setdefault("backend", "gloo")  # a judge's ranks run on the CPU, GPU or not
     return launch(fn, world_size, args, prelude=_PRELUDE, **launch_kwargs)
