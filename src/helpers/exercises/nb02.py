@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from helpers.exercises import Hint, choice_set, exercise, tr
+from helpers.exercises import N_, Hint, as_int, choice_set, exercise, tr
 
 
 def f_tolist(x: Any, y: Any) -> Any:
@@ -39,8 +39,8 @@ def g_reference(x: Any) -> Any:
     return x.sin()
 
 
-#: Exercise 02.2: the shapes of the three calls, in order.
-SHAPES_02_2 = [(3,), (4,), (5, 1)]
+#: Exercise 02.2: the shapes of the five calls, in order.
+SHAPES_02_2 = [(3,), (4,), (1,), (7,), (5, 1)]
 
 
 def _variants() -> dict[str, Any]:
@@ -72,20 +72,30 @@ def _explain_tolist() -> tuple[int, int, str]:
     return graphs, breaks, reason
 
 
-@exercise("02.1", "Graphs and breaks of a .tolist()")
+@exercise(
+    "02.1",
+    "Graphs and breaks of a .tolist()",
+    look=N_(
+        "section 6: what a graph break splits a frame into, and how the break count follows "
+        "from the graph count in the source shown there"
+    ),
+    reveal=N_("`torch._dynamo.explain` on f_tolist: its graph_count and graph_break_count"),
+)
 def tolist_breaks(answer: Any) -> str:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
-        raise Hint(
-            tr("answer with a pair: (graph_count, graph_break_count), as explain reports them")
-        )
-    answer = tuple(answer)
+        raise Hint(tr("answer with a pair: (graphs, graph breaks)"))
+    answer = tuple(as_int(a) for a in answer)
+    if None in answer:
+        raise Hint(tr("answer with a pair of whole numbers: (graphs, graph breaks)"))
     graphs, breaks, reason = _explain_tolist()
     if answer == (graphs, breaks):
         return tr(
             (
-                "{graphs} graphs, {breaks} break ({reason!r}): `.tolist()` needs the values, "
-                "which a traced graph does not have; the graph before it is compiled, tolist "
-                "runs in Python, and `a * 2` is traced again in the resume function"
+                "{graphs} graphs, {breaks} break ({reason!r}): on a float tensor (the reason "
+                "says so) Dynamo does not trace `.tolist()`; on an integer one it would turn "
+                "each element into `.item()`, which also breaks unless capture_scalar_outputs "
+                "is set. The graph before it is compiled, the list is made in Python, and "
+                "`a * 2` is traced again in the resume function"
             ),
             graphs=graphs,
             breaks=breaks,
@@ -95,15 +105,16 @@ def tolist_breaks(answer: Any) -> str:
     if given_breaks == given_graphs and given_graphs:
         raise Hint(
             tr(
-                "graphs and breaks cannot be equal: explain computes graph_break_count as "
-                "graph_count - 1 (its source in section 6)"
+                "graphs and breaks cannot be equal: the break count is the graph count "
+                "minus 1 (the source in section 6)"
             )
         )
     if given_breaks == 0:
         raise Hint(
             tr(
-                "a graph holds tensor operations on values it does not know; can `.tolist()` "
-                "give a Python list without them? Run torch._dynamo.explain(f_tolist)(x, y)"
+                "a Python list of the numbers in `a`, made while Dynamo traces with tensors "
+                "whose values it does not know: can that list be part of a graph of tensor "
+                "operations?"
             )
         )
     if given_graphs > graphs:
@@ -114,7 +125,10 @@ def tolist_breaks(answer: Any) -> str:
             )
         )
     raise Hint(
-        tr("run torch._dynamo.explain(f_tolist)(x, y) and read graph_count, graph_break_count")
+        tr(
+            "count the pieces: the code before `.tolist()`, the call itself (in Python), and "
+            "the code after it"
+        )
     )
 
 
@@ -134,35 +148,66 @@ def _frame_counts() -> tuple[int, ...]:
     return tuple(counts)
 
 
-@exercise("02.2", "Compilations for three shapes")
+@exercise(
+    "02.2",
+    "Compilations for five shapes",
+    look=N_(
+        "sections 4 and 5: which guard a size change fails, what the second compile makes "
+        "symbolic, and which sizes stay constants"
+    ),
+    reveal=N_("a fresh `CompileCounter()` as the backend: its frame_count after each call"),
+)
 def shape_recompiles(answer: Any) -> str:
     if not isinstance(answer, (list, tuple)) or len(answer) != len(SHAPES_02_2):
-        raise Hint(tr("answer with a list of three counts: counter.frame_count after each call"))
+        raise Hint(
+            tr(
+                "answer with a list of {n} counts: the compilations so far, after each call",
+                n=len(SHAPES_02_2),
+            )
+        )
     truth = list(_frame_counts())
-    if list(answer) == truth:
+    answer = [as_int(a) for a in answer]
+    if None in answer:
+        raise Hint(tr("the counts are whole numbers: compilations so far, after each call"))
+    if answer == truth:
         return tr(
             (
-                "{truth}: (4,) fails size=[3] and recompiles with a dynamic size; (5, 1) has "
-                "two dimensions, which no symbolic size stands for, so it fails the guard "
-                "again"
+                "{truth}: (4,) fails size=[3] and recompiles with a dynamic size; (1,) is not "
+                "served by it (sizes 0 and 1 stay constants) and compiles once more; (7,) "
+                "passes the dynamic entry; (5, 1) has two dimensions, which no symbolic size "
+                "stands for"
             ),
             truth=truth,
         )
-    if list(answer[:2]) != truth[:2]:
+    if any(b < a for a, b in zip(answer, answer[1:], strict=False)):
+        raise Hint(tr("the counts are compilations so far: they never go down"))
+    if answer[:2] != truth[:2]:
         raise Hint(
             tr(
                 "look at section 4 again: the first call compiles, and a size change from 3 "
                 "to 4 fails TENSOR_MATCH's size=[3]"
             )
         )
-    if answer[2] == truth[1]:
+    if answer[2] != truth[2]:
         raise Hint(
             tr(
-                "automatic dynamic shapes make a size symbolic, not the number of dimensions: "
-                "the guard still expects one-dimensional tensors after the second compile"
+                "a symbolic size stands for sizes of at least 2 (section 5): what about a size "
+                "of 1?"
             )
         )
-    raise Hint(tr("count compilations, not calls: print counter.frame_count after each call"))
+    if answer[3] != truth[3]:
+        raise Hint(
+            tr(
+                "after the second compile the size is a symbol: does a 1-d tensor of size 7 "
+                "fail the guards of every entry?"
+            )
+        )
+    raise Hint(
+        tr(
+            "automatic dynamic shapes make a size symbolic, not the number of dimensions: "
+            "the guards still expect one-dimensional tensors"
+        )
+    )
 
 
 @functools.cache
@@ -187,7 +232,18 @@ def _recompiling_variants() -> frozenset[str]:
     return frozenset(recompiled)
 
 
-@exercise("02.3", "Which changes recompile")
+@exercise(
+    "02.3",
+    "Which changes recompile",
+    look=N_(
+        "section 3: the fields of TENSOR_MATCH's line and the GLOBAL_STATE guard; section 4 "
+        "for a recompile seen happen"
+    ),
+    reveal=N_(
+        "after `torch._dynamo.reset()`, a fresh `CompileCounter()` as the backend: its "
+        "frame_count after each second call"
+    ),
+)
 def which_recompile(answer: Any) -> str:
     given = choice_set(answer, VARIANTS_02_3, tr("variant names"), "{'values'}")
     truth = set(_recompiling_variants())
@@ -231,21 +287,52 @@ def which_recompile(answer: Any) -> str:
     )
 
 
-@exercise("02.4", "Make g compile with fullgraph=True")
+#: Exercise 02.4: (how the case is written, a function making the input, shown in the prompt?)
+CASES_02_4 = [
+    ("torch.ones(3)", lambda torch: torch.ones(3), True),
+    ("torch.tensor([-3.0, 0.5, 2.0])", lambda torch: torch.tensor([-3.0, 0.5, 2.0]), False),
+    ("torch.linspace(-2, 1, 4)", lambda torch: torch.linspace(-2, 1, 4), False),
+    (
+        "a 2-d float64 tensor of shape (2, 3)",
+        lambda torch: torch.arange(-3.0, 3.0, dtype=torch.float64).reshape(2, 3),
+        False,
+    ),
+    ("an empty tensor, torch.ones(0)", lambda torch: torch.ones(0), False),
+    (
+        "a tensor holding a NaN, torch.tensor([nan, 0.5])",
+        lambda torch: torch.tensor([float("nan"), 0.5]),
+        False,
+    ),
+]
+
+
+@exercise(
+    "02.4",
+    "Make g compile with fullgraph=True",
+    look=N_(
+        "section 6's two break reasons for g: one is a call Dynamo does not trace, the other "
+        "a Python branch on a tensor's value"
+    ),
+    reveal=N_(
+        "`torch.where(x.sum() > 0, x.cos(), x.sin())` after `x = x.relu() + 1`, and no print"
+    ),
+)
 def fullgraph_g(answer: Any) -> str:
     import torch
 
     if not callable(answer):
         raise Hint(tr("answer with a function of one tensor, like g"))
-    inputs = [torch.ones(3), torch.tensor([-3.0, 0.5, 2.0]), torch.linspace(-2, 1, 4)]
     torch._dynamo.reset()
     compiled = torch.compile(answer, backend="eager", fullgraph=True)
-    for x in inputs:
+    for written, make, shown in CASES_02_4:
+        where = tr("the shown case") if shown else tr("a hidden case")
+        x = make(torch)
+        arg = x.clone()
         try:
-            got = compiled(x.clone())
+            got = compiled(arg)
         except torch._dynamo.exc.Unsupported as err:
             first = str(err).splitlines()[0]
-            if "builtin operator" in first or "print" in str(err):
+            if "print" in str(err):
                 raise Hint(
                     tr(
                         (
@@ -260,37 +347,64 @@ def fullgraph_g(answer: Any) -> str:
                     tr(
                         (
                             "the `if` on x.sum() > 0 is a data-dependent jump ({first!r}): "
-                            "compute both branches and pick with torch.where, or decide whether "
-                            "the condition can ever be false"
+                            "compute both branches in the graph and pick one with a tensor "
+                            "operation"
                         ),
                         first=first,
                     )
                 ) from None
             raise Hint(tr("fullgraph=True raised Unsupported: {first}", first=first)) from None
+        except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
+            raise Hint(
+                tr(
+                    "{where}, x = {written}: your function raised {error}",
+                    where=where,
+                    written=written,
+                    error=type(e).__name__,
+                )
+            ) from None
         want = g_reference(x)
+        if arg.shape != x.shape or not torch.allclose(arg, x, rtol=0, atol=0, equal_nan=True):
+            raise Hint(
+                tr(
+                    (
+                        "{where}, x = {written}: your function changed its input in place; g "
+                        "does not change its input"
+                    ),
+                    where=where,
+                    written=written,
+                )
+            )
         if not (isinstance(got, torch.Tensor) and got.shape == want.shape):
             raise Hint(
                 tr(
-                    "for x = {x} g returns a tensor of shape {shape}",
-                    x=x.tolist(),
+                    (
+                        "{where}, x = {written}: g returns a tensor of the input's shape "
+                        "{shape}; yours returns {found}"
+                    ),
+                    where=where,
+                    written=written,
                     shape=tuple(want.shape),
+                    found=tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__,
                 )
             )
-        if not torch.allclose(got, want):
-            mine, theirs = [round(v, 4) for v in got.tolist()], [round(v, 4) for v in want.tolist()]
+        if got.dtype != want.dtype or not torch.allclose(got, want, equal_nan=True):
             raise Hint(
                 tr(
-                    "for x = {x} your function returns {mine}, g returns {theirs}",
-                    x=x.tolist(),
-                    mine=mine,
-                    theirs=theirs,
+                    (
+                        "{where}, x = {written}: your function returns other values (or "
+                        "another dtype) than g; compute them from x, as g does"
+                    ),
+                    where=where,
+                    written=written,
                 )
             )
+    torch._dynamo.reset()
     return tr(
         (
             "one graph, same results as g on {len_inputs} inputs: without the print and "
             "without a Python branch on a tensor's value, nothing is left for fullgraph=True "
             "to refuse"
         ),
-        len_inputs=len(inputs),
+        len_inputs=len(CASES_02_4),
     )
