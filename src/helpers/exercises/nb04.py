@@ -1,14 +1,17 @@
 """Judges for notebook 04's exercises (process groups and collectives).
 
 Each judge computes the right answer from the installed torch where it can: torchrun's rank
-assignment runs the installed agent's `_assign_worker_ranks` on an in-memory store, the sampler
-shards come from the installed `DistributedSampler`, and the reader's all-reduce runs on 2 ranks
-through `launch_source`. Worked solutions: solutions/nb04.py.
+assignment runs the installed agent's `_assign_worker_ranks` on an in-memory store, the reader's
+sampler indices are compared with the installed `DistributedSampler` (shown and hidden cases),
+and the reader's all-reduce runs through `launch_source` on 2 ranks, then on 3 (a hidden case).
+Worked solutions: solutions/nb04.py.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
 import inspect
 import textwrap
 from types import SimpleNamespace
@@ -16,7 +19,7 @@ from typing import Any
 
 import torch
 
-from helpers.exercises import Hint, exercise, launch_source, tr
+from helpers.exercises import N_, Hint, exercise, launch_source, tr
 
 # 04.1: reduce_scatter on 3 ranks, rank r holds torch.arange(3.) * (r + 1)
 RS_WORLD = 3
@@ -26,8 +29,27 @@ def _rs_inputs(world_size: int = RS_WORLD) -> list[torch.Tensor]:
     return [torch.arange(float(world_size)) * (r + 1) for r in range(world_size)]
 
 
+def _rs_worker(rank: int, world_size: int) -> list[float]:
+    """04.1's setup on one rank: reduce-scatter torch.arange(N) * (rank + 1) into 1 element."""
+    import torch.distributed as dist
+
+    t = torch.arange(float(world_size)) * (rank + 1)
+    out = torch.empty(1)
+    dist.reduce_scatter_single(out, t)
+    return out.tolist()
+
+
+@functools.cache
+def _rs_truth() -> tuple[tuple[float, ...], ...]:
+    """What each of 3 ranks holds after the installed reduce_scatter_single (one launch, cached)."""
+    found = launch_source(_rs_worker, world_size=RS_WORLD, timeout_s=60)
+    return tuple(tuple(float(v) for v in f) for f in found)
+
+
 def _flat(answer: Any) -> list[float]:
     """[[0.0], [6.0], ...] or [0, 6, ...] -> [0.0, 6.0, ...]; anything else raises Hint."""
+    if isinstance(answer, torch.Tensor):
+        answer = answer.tolist()
     if not isinstance(answer, (list, tuple)):
         raise Hint(
             tr(
@@ -37,6 +59,8 @@ def _flat(answer: Any) -> list[float]:
         )
     out = []
     for a in answer:
+        if isinstance(a, torch.Tensor):
+            a = a.tolist()
         if isinstance(a, (list, tuple)) and len(a) == 1:
             a = a[0]
         if isinstance(a, (list, tuple)):
@@ -45,11 +69,21 @@ def _flat(answer: Any) -> list[float]:
     return out
 
 
-@exercise("04.1", "What reduce_scatter leaves on each rank")
+@exercise(
+    "04.1",
+    "What reduce_scatter leaves on each rank",
+    look=N_("section 4's table of what each collective leaves on each rank"),
+    reveal=N_(
+        "`dist.reduce_scatter_single(out, t)` on 3 ranks, which the judge runs through "
+        "`launch_source`"
+    ),
+)
 def reduce_scatter_per_rank(answer: Any) -> str:
     inputs = _rs_inputs()
     total = torch.stack(inputs).sum(0)  # the SUM over ranks, element by element
-    truth = total.tolist()  # rank i keeps element i (one element per rank)
+    truth = [v for held in _rs_truth() for v in held]  # rank i keeps element i
+    if isinstance(answer, torch.Tensor):
+        answer = answer.tolist()
     if isinstance(answer, (list, tuple)) and len(answer) == RS_WORLD:
         rows = [list(a) if isinstance(a, (list, tuple)) else None for a in answer]
         if all(r is not None and len(r) == RS_WORLD for r in rows):
@@ -115,6 +149,15 @@ def torchrun_ranks(node_sizes: list[int] = NODE_SIZES) -> list[list[tuple[int, i
     Runs `SimpleElasticAgent._assign_worker_ranks` (its slow path, the default) on a HashStore:
     every other node's role info is written first, node 0 (which assigns) runs, then the rest.
     """
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ):
+        os.environ.pop("TORCH_ELASTIC_WORKER_IDENTICAL", None)  # the slow path, the default
+        return _assign_all(node_sizes)
+
+
+def _assign_all(node_sizes: list[int]) -> list[list[tuple[int, int]]]:
     import torch.distributed as dist
     from torch.distributed.elastic.agent.server.api import SimpleElasticAgent, _RoleInstanceInfo
 
@@ -131,13 +174,25 @@ def torchrun_ranks(node_sizes: list[int] = NODE_SIZES) -> list[list[tuple[int, i
     return out
 
 
-@exercise("04.2", "torchrun's RANK when nodes differ")
+@exercise(
+    "04.2",
+    "torchrun's RANK when nodes differ",
+    look=N_("section 1's excerpt of the agent's rank assignment (`base_global_rank`)"),
+    reveal=N_(
+        "`torchrun_ranks([4, 2, 4])`, the judge's run of the installed agent's rank assignment "
+        "on an in-memory store"
+    ),
+)
 def torchrun_rank(answer: Any) -> str:
     group_rank, local_rank = ASK
     truth = torchrun_ranks()[group_rank][local_rank]
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
         raise Hint(tr("give a pair (RANK, WORLD_SIZE), for example (3, 8)"))
-    rank, world = (int(a) for a in answer)
+    if any(isinstance(a, bool) or not isinstance(a, int) for a in answer):
+        raise Hint(
+            tr("RANK and WORLD_SIZE are whole numbers (ints), found {answer!r}", answer=answer)
+        )
+    rank, world = answer
     if world != truth[1]:
         if world == NODE_SIZES[group_rank]:
             raise Hint(
@@ -175,68 +230,152 @@ def torchrun_rank(answer: Any) -> str:
     )
 
 
-# 04.3: DistributedSampler shards without shuffling
-SAMPLES, REPLICAS = 10, 4
+# 04.3: DistributedSampler's indices, unshuffled, written by the reader
+SAMPLES, REPLICAS = 10, 4  # the prompt's case
+#: (n, world_size, drop_last) of the hidden cases: uneven splits, world size 3, drop_last,
+#: n < world_size (padding longer than the data), an even split
+HIDDEN_04_3 = [
+    (10, 3, False),
+    (10, 3, True),
+    (7, 4, True),
+    (2, 5, False),
+    (3, 4, True),
+    (8, 4, False),
+]
 
 
-def sampler_shards_no_shuffle(n: int = SAMPLES, world_size: int = REPLICAS) -> list[list[int]]:
+def sampler_shards_no_shuffle(
+    n: int = SAMPLES, world_size: int = REPLICAS, drop_last: bool = False
+) -> list[list[int]]:
+    """Each rank's indices from the installed DistributedSampler (shuffle=False)."""
     from torch.utils.data import DistributedSampler
 
     return [
-        list(DistributedSampler(range(n), num_replicas=world_size, rank=r, shuffle=False))
+        list(
+            DistributedSampler(
+                range(n), num_replicas=world_size, rank=r, shuffle=False, drop_last=drop_last
+            )
+        )
         for r in range(world_size)
     ]
 
 
-@exercise("04.3", "DistributedSampler's shards, unshuffled")
-def sampler_shards(answer: Any) -> str:
-    truth = sampler_shards_no_shuffle()
+@contextlib.contextmanager
+def _no_sampler() -> Any:
+    """While the reader's function runs, constructing or iterating any DistributedSampler (by
+    whatever name, or through a helper that builds one) raises Hint."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise Hint(tr("do not call DistributedSampler: compute its indices yourself"))
+
+    saved = DistributedSampler.__init__, DistributedSampler.__iter__
+    DistributedSampler.__init__, DistributedSampler.__iter__ = refuse, refuse
     try:
-        found = [[int(i) for i in shard] for shard in answer]
-    except TypeError:
-        raise Hint(tr("give a list of 4 lists of indices, one per rank")) from None
-    if len(found) != REPLICAS:
+        yield
+    finally:
+        DistributedSampler.__init__, DistributedSampler.__iter__ = saved
+
+
+def _shards(fn: Any, n: int, world_size: int, drop_last: bool) -> list[list[int]]:
+    out = []
+    for r in range(world_size):
+        with _no_sampler():
+            got = fn(n, world_size, r, drop_last)
+            try:
+                out.append([int(i) for i in got])
+            except TypeError:
+                raise Hint(
+                    tr(
+                        "sampler_indices must return a list of ints, found {type}",
+                        type=type(got).__name__,
+                    )
+                ) from None
+    return out
+
+
+@exercise(
+    "04.3",
+    "DistributedSampler's shards, unshuffled",
+    look=N_(
+        "the sampler's __init__ (num_samples, total_size for drop_last and without) and, in "
+        "__iter__, its padding and its slice"
+    ),
+    reveal=N_("`show_source(DistributedSampler.__iter__)` and `DistributedSampler.__init__`"),
+)
+def sampler_shards(answer: Any) -> str:
+    if not callable(answer):
+        raise Hint(tr("give the function itself, `sampler_indices`, not its result"))
+    params = list(inspect.signature(answer).parameters)
+    if len(params) != 4:
         raise Hint(
             tr(
-                "one list per rank: {replicas} lists, found {len_found}",
-                replicas=REPLICAS,
-                len_found=len(found),
+                "the function takes (n, world_size, rank, drop_last); yours takes {params}",
+                params=params,
             )
         )
-    if found == truth:
-        return tr(
-            (
-                "the 10 indices are padded to 12 by repeating the first two ({truth_2_1}, "
-                "{truth_3_1}), then rank r takes every 4th starting at r: {truth}"
-            ),
-            truth_2_1=truth[2][-1],
-            truth_3_1=truth[3][-1],
-            truth=truth,
-        )
-    size = -(-SAMPLES // REPLICAS)
-    if found == [list(range(r * size, min((r + 1) * size, SAMPLES))) for r in range(REPLICAS)]:
+    if "DistributedSampler" in _calls(answer):
+        raise Hint(tr("do not call DistributedSampler: compute its indices yourself"))
+    truth = sampler_shards_no_shuffle()
+    found = _shards(answer, SAMPLES, REPLICAS, False)
+    if found != truth:
+        size = -(-SAMPLES // REPLICAS)
+        if found == [list(range(r * size, min((r + 1) * size, SAMPLES))) for r in range(REPLICAS)]:
+            raise Hint(
+                tr(
+                    "the sampler does not cut contiguous chunks: rank r takes every "
+                    "num_replicas-th index starting at r"
+                )
+            )
+        if found == [list(range(r, SAMPLES, REPLICAS)) for r in range(REPLICAS)]:
+            raise Hint(
+                tr(
+                    "ranks 2 and 3 must hold as many indices as ranks 0 and 1: without "
+                    "drop_last the sampler pads the list by repeating its first indices"
+                )
+            )
+        if all(len(s) == size for s in found):
+            raise Hint(tr("the sizes are right; which indices pad the list, and who gets them?"))
         raise Hint(
             tr(
-                "the sampler does not cut contiguous chunks: rank r takes "
-                "indices[r::num_replicas] (read DistributedSampler.__iter__)"
+                "on (n=10, world_size=4, drop_last=False) every rank gets ceil(10 / 4) = {size} "
+                "indices; yours got {sizes}",
+                size=size,
+                sizes=[len(s) for s in found],
             )
         )
-    if found == [list(range(r, SAMPLES, REPLICAS)) for r in range(REPLICAS)]:
-        raise Hint(
-            tr(
-                "ranks 2 and 3 must hold as many indices as ranks 0 and 1: without drop_last "
-                "the sampler pads the list by repeating its first indices"
+    for n, world, drop_last in HIDDEN_04_3:
+        want = sampler_shards_no_shuffle(n, world, drop_last)
+        got = _shards(answer, n, world, drop_last)
+        if got != want:
+            bad = [r for r in range(world) if got[r] != want[r]]
+            if [len(g) for g in got] != [len(w) for w in want]:
+                what = tr(
+                    "ranks got {got} indices each, the sampler gives {want}",
+                    got=[len(g) for g in got],
+                    want=len(want[0]),
+                )
+            else:
+                what = tr("the sizes are right, the indices of rank(s) {bad} differ", bad=bad)
+            raise Hint(
+                tr(
+                    "the prompt's case passes, but a hidden case (n={n}, world_size={world}, "
+                    "drop_last={drop_last}) fails: {what}",
+                    n=n,
+                    world=world,
+                    drop_last=drop_last,
+                    what=what,
+                )
             )
-        )
-    if found == [list(range(r, SAMPLES - SAMPLES % REPLICAS, REPLICAS)) for r in range(REPLICAS)]:
-        raise Hint(tr("that is drop_last=True; the default pads instead of dropping"))
-    if all(len(s) == size for s in found):
-        raise Hint(tr("the sizes are right; which indices pad the list, and who gets them?"))
-    raise Hint(
-        tr(
-            ("every rank gets ceil(10 / 4) = {size} indices; read DistributedSampler.__iter__"),
-            size=size,
-        )
+    return tr(
+        (
+            "your indices match DistributedSampler on (10, 4) and on {k} hidden cases: without "
+            "drop_last the list is padded to ceil(n / world_size) * world_size by repeating it "
+            "from the start (more than once when world_size > 2n, e.g. n=2 on 5 ranks), with "
+            "drop_last it is cut to "
+            "floor(n / world_size) * world_size; then rank r takes indices[r::world_size]"
+        ),
+        k=len(HIDDEN_04_3),
     )
 
 
@@ -262,50 +401,221 @@ def _as_list(value: Any) -> Any:
         return value
 
 
-@exercise("04.4", "all_reduce from reduce and broadcast")
+_RULE_04 = "04.4 rule:"
+#: the collectives and p2p calls a worker may not use for 04.4 (reduce and broadcast only)
+_REFUSED_04 = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_single",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "batch_isend_irecv",
+)
+
+
+class OwnTensor:
+    """What the judge passes to every rank: all ranks' inputs, pickled once, but each worker
+    unpickles only ITS tensor (the rank comes from the RANK variable the launcher sets before
+    it unpickles the arguments), so rank r's function never sees another rank's input.
+    Unpickling also installs `_watch_04_4` in that worker."""
+
+    def __init__(self, rows: list[Any], root: int) -> None:
+        self.rows, self.root = rows, root
+
+    def __reduce__(self) -> tuple:
+        return (_own_tensor, (self.rows, self.root))
+
+
+def _own_tensor(rows: list[Any], root: int) -> Any:
+    import os
+
+    import torch
+
+    rank = int(os.environ["RANK"])
+    _watch_04_4(root)
+    return torch.tensor(rows[rank], dtype=torch.float64)
+
+
+def _watch_04_4(root: int) -> None:
+    """In a worker: dist.reduce must go to `root` and dist.broadcast come from it; every other
+    collective or p2p call raises (by any name: the functions themselves are replaced)."""
+    import inspect
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    def watched(name: str, peer: str, original: Any) -> Any:
+        sig = inspect.signature(original)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs).arguments
+            got = bound.get(peer, bound.get("group_" + peer))
+            if got != root:
+                raise RuntimeError(f"{_RULE_04} {name} {peer} {got}")
+            return original(*args, **kwargs)
+
+        return call
+
+    for name, peer in (("reduce", "dst"), ("broadcast", "src")):
+        wrapped = watched(name, peer, getattr(c10d, name))
+        setattr(dist, name, wrapped)
+        setattr(c10d, name, wrapped)
+
+    def refuse(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(f"{_RULE_04} collective {name} -")
+
+        return call
+
+    for name in _REFUSED_04:
+        if hasattr(c10d, name):
+            setattr(dist, name, refuse(name))
+            setattr(c10d, name, refuse(name))
+
+
+#: 04.4's cases: (what, root, per-rank inputs): the prompt's on 2 ranks with root 1, then a
+#: hidden one on 3 ranks with root 2 and a 2 x 3 tensor per rank (one launch each)
+CASES_04_4 = [
+    (N_("2 ranks, root 1, inputs [[1, 10], [2, 20]]"), 1, [[1.0, 10.0], [2.0, 20.0]]),
+    (
+        N_("3 ranks, root 2, a 2 x 3 tensor per rank"),
+        2,
+        [[[float(r + i * 3 + j) for j in range(3)] for i in range(2)] for r in range(3)],
+    ),
+]
+
+
+def _launch_hint_04(error: Exception, root: int) -> Hint:
+    from helpers.launch import LaunchTimeout
+
+    if isinstance(error, LaunchTimeout):
+        return Hint(
+            tr(
+                "the ranks did not finish: a collective waits until every rank of the group "
+                "calls it, so every rank must call both reduce and broadcast"
+            )
+        )
+    line = next((ln for ln in str(error).splitlines() if _RULE_04 in ln), None)
+    if line is None:
+        lines = [ln for ln in str(error).strip().splitlines() if ln.strip()]
+        return Hint(
+            tr(
+                "your code raised {error}: {message}",
+                error=type(error).__name__,
+                message=lines[0] if lines else "",
+            )
+        )
+    name, what, value = line.split(_RULE_04, 1)[1].split()[:3]
+    if name == "collective":
+        if what == "all_reduce":
+            return Hint(
+                tr("do not call dist.all_reduce: build it from dist.reduce and dist.broadcast")
+            )
+        return Hint(
+            tr(
+                "your worker called dist.{name}; use only dist.reduce and dist.broadcast",
+                name=what,
+            )
+        )
+    return Hint(
+        tr(
+            "your worker's {name} uses {peer}={value}, but the root is rank {root}: the sum "
+            "goes to the root, and the root sends it out",
+            name=name,
+            peer=what,
+            value=value,
+            root=root,
+        )
+    )
+
+
+@exercise(
+    "04.4",
+    "all_reduce from reduce and broadcast",
+    look=N_(
+        "section 4's check that all_reduce = reduce + broadcast: which rank holds what after "
+        "each of the two"
+    ),
+    reveal=N_(
+        "`my_all_reduce` in `solutions/nb04.py`: the sum to the root, then the root's copy "
+        "out to every rank"
+    ),
+)
 def all_reduce_from_reduce_broadcast(answer: Any) -> str:
     if not callable(answer):
         raise Hint(tr("give the worker function itself, `my_all_reduce`, not its result"))
-    calls = _calls(answer)
-    if "all_reduce" in calls:
-        raise Hint(tr("do not call dist.all_reduce: build it from dist.reduce and dist.broadcast"))
-    missing = {"reduce", "broadcast"} - calls
-    if missing:
+    params = list(inspect.signature(answer).parameters)
+    if len(params) != 4:
         raise Hint(
             tr(
-                "the worker must call dist.reduce and dist.broadcast; missing: {missing}",
-                missing=missing,
+                "the worker takes (rank, world_size, t, root); yours takes {params}",
+                params=params,
             )
         )
-    world_size = 2
-    found = [_as_list(f) for f in launch_source(answer, world_size=world_size, timeout_s=60)]
-    # rank r starts from [r + 1, 10 * (r + 1)] (the starter's docstring says so)
-    truth = [
-        float(sum(r + 1 for r in range(world_size))),
-        float(sum(10 * (r + 1) for r in range(world_size))),
-    ]
-    if found == [truth] * world_size:
-        return tr(
-            (
-                "both ranks return {truth}: reduce leaves the sum on dst 0 only, broadcast "
-                "from 0 then copies it to every rank, which is what all_reduce leaves"
-            ),
-            truth=truth,
-        )
-    if found and found[0] == truth:
-        raise Hint(
-            tr(
+    for k, (what, root, inputs) in enumerate(CASES_04_4):
+        world_size = len(inputs)
+        try:
+            returned = launch_source(
+                answer, world_size=world_size, args=(OwnTensor(inputs, root), root), timeout_s=60
+            )
+        except Hint:
+            raise
+        except Exception as e:  # noqa: BLE001  the reader's bug: a hint, not a traceback
+            hint = _launch_hint_04(e, root)
+            if k == 0:
+                raise hint from None
+            raise Hint(
+                tr("a hidden case ({case}): {problem}", case=tr(what), problem=str(hint))
+            ) from None
+        found = [_as_list(f) for f in returned]
+        truth = torch.tensor(inputs, dtype=torch.float64).sum(0).tolist()
+        if found == [truth] * world_size:
+            continue
+        if found[root] == truth and k > 0:
+            problem = tr(
+                "the root is right but other ranks are not: after reduce only the root is "
+                "sure to hold the sum (the others' tensors are undefined); broadcast it from "
+                "that rank"
+            )
+        elif found[root] == truth:
+            problem = tr(
                 (
-                    "rank 0 is right but the ranks return {found}: after reduce only dst holds "
-                    "the sum; broadcast it from that rank"
+                    "the root is right but the ranks return {found}: after reduce only the "
+                    "root is sure to hold the sum (the others' tensors are undefined); "
+                    "broadcast it from that rank"
                 ),
                 found=found,
             )
-        )
-    raise Hint(
-        tr(
-            ("expected {truth} on both ranks, found {found}: reduce with SUM to dst=0 first"),
-            truth=truth,
-            found=found,
-        )
+        elif all(f == found[0] for f in found):
+            problem = tr(
+                "every rank holds the same tensor {found0}, but not the sum: the broadcast "
+                "copied the root's tensor before it held the sum; reduce with SUM to the "
+                "root first",
+                found0=found[0],
+            )
+        else:
+            problem = tr(
+                "the ranks return {found}, not the element-wise sum: reduce with SUM to the "
+                "root, then broadcast from it; does your worker use its t and its root, and "
+                "keep t's shape?",
+                found=found,
+            )
+        if k == 0:
+            raise Hint(problem)
+        raise Hint(tr("a hidden case ({case}): {problem}", case=tr(what), problem=problem))
+    return tr(
+        "every rank returns the sum, on 2 ranks with root 1 and on 3 ranks with root 2 (a 2 x "
+        "3 tensor): reduce leaves the sum on the root only, broadcast from the root then "
+        "copies it to every rank, the element-wise sum all_reduce leaves (section 4 checked "
+        "that)"
     )

@@ -8,6 +8,7 @@ branch-free `Branchy` survives export. CPU only.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -15,14 +16,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from helpers.exercises import Hint, aten_name, choice_set, exercise, tr
+from helpers.exercises import N_, Hint, aten_name, exercise, tr
 
 #: The ops exercise 10.2 asks about (ATen names, as the TorchScript registry keys them).
 CANDIDATE_OPS = (
     "aten::gelu",
     "aten::sinc",
     "aten::asinh",
-    "aten::silu",
+    "aten::celu",
     "aten::log1p",
     "aten::expm1",
 )
@@ -42,13 +43,41 @@ class _SmallCNN(nn.Module):
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0][:200] if text else type(err).__name__
+    """The line of an export error that names the cause (ANSI colours stripped)."""
+    text = [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", str(err)).splitlines()]
+    text = [ln for ln in text if ln]
+    for marker in ("Constraints violated", "UserError", "Error:"):
+        for ln in text:
+            if marker in ln:
+                return ln[:300]
+    return text[0][:300] if text else type(err).__name__
 
 
-@exercise("10.1", "a dynamic batch for the new exporter")
+class _Scaled(nn.Module):
+    """Exercise 10.1's model: SmallCNN's logits times a per-sample scale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cnn = _SmallCNN()
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return self.cnn(x) * scale  # x: (B, 1, 8, 8), scale: (B, 10) -> (B, 10)
+
+
+@exercise(
+    "10.1",
+    "a dynamic batch for the new exporter",
+    look=N_(
+        "section 1's export of SmallCNN (its dynamic_shapes argument) and the docstring's "
+        "paragraph on dynamic_shapes"
+    ),
+    reveal=N_(
+        "section 1's spec, one entry per input of forward: `{{'x': {{0: batch}}, 'scale': "
+        "{{0: batch}}}}` with one `batch = Dim('batch')`"
+    ),
+)
 def dynamic_batch(answer: Any) -> str:
-    """`answer` is the `dynamic_shapes=` argument; export SmallCNN with it and run batch 3."""
+    """`answer` is the `dynamic_shapes=` argument; export Scaled with it and run batch 3."""
     from helpers.onnx_tools import export_onnx, run_ort
 
     if answer is None:
@@ -58,62 +87,76 @@ def dynamic_batch(answer: Any) -> str:
                 "example's 2 and ONNX Runtime refuses batch 3 (section 3's second cell)"
             )
         )
-    if isinstance(answer, (tuple, list)) and len(answer) == 1:
-        # torch.export also takes one spec per positional input, in order: forward(self, x)
-        answer = {"x": answer[0]}
+    if isinstance(answer, (tuple, list)) and len(answer) == 2:
+        # torch.export also takes one spec per positional input, in order: forward(self, x, scale)
+        answer = {"x": answer[0], "scale": answer[1]}
     if not isinstance(answer, dict):
         raise Hint(
             tr(
                 "pass a dict keyed by the names of forward's parameters, one spec per input: "
-                "SmallCNN.forward(self, x) takes `x`"
+                "Scaled.forward(self, x, scale) takes `x` and `scale`"
             )
         )
     if "logits" in answer or "output" in answer:
         raise Hint(
             tr(
                 "dynamic_shapes describes the inputs only; the output's batch follows from "
-                "x. It was `dynamic_axes` (the old exporter's argument) that named outputs "
-                "too"
+                "the inputs. It was `dynamic_axes` (the old exporter's argument) that named "
+                "outputs too"
             )
         )
-    if set(answer) != {"x"}:
+    if set(answer) == {"x"}:
+        raise Hint(
+            tr(
+                "a dict spec names every parameter of forward (None for one that stays "
+                "static), and scale cannot stay static here: forward multiplies the logits by "
+                "scale, so scale's dimension 0 is the same batch, and a static scale of batch "
+                "2 pins x's too"
+            )
+        )
+    if set(answer) != {"x", "scale"}:
         raise Hint(
             tr(
                 (
-                    "the keys are the names of forward's parameters: SmallCNN.forward takes `x`, "
-                    "you gave {sorted_map_str_answer}"
+                    "the keys are the names of forward's parameters: Scaled.forward takes `x` "
+                    "and `scale`, you gave {sorted_map_str_answer}"
                 ),
                 sorted_map_str_answer=sorted(map(str, answer)),
             )
         )
-    spec = answer["x"]
-    if isinstance(spec, (list, tuple)) and all(isinstance(d, int) for d in spec):
-        raise Hint(
-            tr(
-                "a list of dimension numbers is the `dynamic_axes` format; in dynamic_shapes "
-                "a list holds one entry per dimension of x (four of them). Map dimension "
-                "numbers to a torch.export.Dim in a dict instead"
-            )
-        )
-    if isinstance(spec, dict):
-        if 0 not in spec:
+    for key in ("x", "scale"):
+        spec = answer[key]
+        if isinstance(spec, (list, tuple)) and all(isinstance(d, int) for d in spec):
             raise Hint(
                 tr(
-                    (
-                        "x is (B, 1, 8, 8): the batch is dimension 0, your spec makes dimension(s) "
-                        "{sorted_spec} dynamic"
-                    ),
-                    sorted_spec=sorted(spec),
+                    "a list of dimension numbers is the `dynamic_axes` format; in "
+                    "dynamic_shapes a list holds one entry per dimension of the input. Map "
+                    "dimension numbers to a torch.export.Dim in a dict instead"
                 )
             )
-        top = getattr(spec[0], "max", None)
-        if isinstance(top, int) and top < 3:
-            raise Hint(
-                tr("the Dim declares max={top}: batch 3 is outside the range you declared", top=top)
-            )
-    model = _SmallCNN().eval()
+        if isinstance(spec, dict):
+            if 0 not in spec:
+                raise Hint(
+                    tr(
+                        (
+                            "the batch is dimension 0 of {key}; your spec makes dimension(s) "
+                            "{sorted_spec} dynamic"
+                        ),
+                        key=key,
+                        sorted_spec=sorted(spec),
+                    )
+                )
+            top = getattr(spec[0], "max", None)
+            if isinstance(top, int) and top < 3:
+                raise Hint(
+                    tr(
+                        "the Dim declares max={top}: batch 3 is outside the range you declared",
+                        top=top,
+                    )
+                )
+    model = _Scaled().eval()
     try:
-        m = export_onnx(model, (torch.randn(2, 1, 8, 8),), dynamic_shapes=answer)
+        m = export_onnx(model, (torch.randn(2, 1, 8, 8), torch.randn(2, 10)), dynamic_shapes=answer)
     except Exception as err:  # the exporter's refusal is the feedback
         raise Hint(
             tr(
@@ -122,7 +165,7 @@ def dynamic_batch(answer: Any) -> str:
             )
         ) from None
     try:
-        out = run_ort(m, torch.randn(3, 1, 8, 8))[0]
+        out = run_ort(m, torch.randn(3, 1, 8, 8), torch.randn(3, 10))[0]
     except Exception as err:
         raise Hint(
             tr(
@@ -135,6 +178,23 @@ def dynamic_batch(answer: Any) -> str:
         ) from None
     dim0 = m.graph.input[0].type.tensor_type.shape.dim[0]
     name = dim0.dim_param or dim0.dim_value
+    dx, ds = answer["x"], answer["scale"]
+    dx = dx.get(0) if isinstance(dx, dict) else (dx[0] if isinstance(dx, (list, tuple)) else dx)
+    ds = ds.get(0) if isinstance(ds, dict) else (ds[0] if isinstance(ds, (list, tuple)) else ds)
+    if isinstance(dx, torch.export.Dim) and isinstance(ds, torch.export.Dim) and dx is not ds:
+        dx_name, ds_name = getattr(dx, "__name__", dx), getattr(ds, "__name__", ds)
+        if dx_name != ds_name:
+            return tr(
+                (
+                    "the file runs batch 3, but with two Dims ({dx_name}, {ds_name}): "
+                    "torch.export alone refuses this spec (the multiplication makes them "
+                    "equal, 'Constraints violated'); torch.onnx.export retried with "
+                    "torch.export's suggested fix, which merges them. One Dim shared by x "
+                    "and scale says it from the start"
+                ),
+                dx_name=dx_name,
+                ds_name=ds_name,
+            )
     return tr(
         (
             "the file's input x has dimension 0 = {name!r}, a symbolic name, and ONNX "
@@ -145,52 +205,102 @@ def dynamic_batch(answer: Any) -> str:
     )
 
 
-@exercise("10.2", "which ops the TorchScript exporter cannot translate")
-def lacking_symbolics(answer: Any) -> str:
-    """`answer` is the set of CANDIDATE_OPS with no TorchScript symbolic at any opset."""
+def _first_opsets() -> dict[str, int | None]:
+    """10.2's truth: per candidate, the lowest opset with a TorchScript symbolic, or None."""
     from helpers.onnx_custom import legacy_symbolic_opsets
 
-    chosen = choice_set(
-        answer, CANDIDATE_OPS, tr("op names"), tr('{{"aten::gelu"}} (or set())'), aten_name
-    )
-    opsets = {op: legacy_symbolic_opsets(op) for op in CANDIDATE_OPS}
-    truth = {op for op, found in opsets.items() if not found}
-    extra = sorted(chosen - truth)
-    if extra:
-        op = extra[0]
-        raise Hint(
-            tr(
-                (
-                    "{op} has a symbolic (from opset {opsets_op_0} on): the TorchScript exporter "
-                    "translates it. Ask `locate_translation({op!r})['torchscript']` (section 6)"
-                ),
-                op=op,
-                opsets_op_0=opsets[op][0],
-            )
-        )
-    missing = sorted(truth - chosen)
-    if missing:
-        raise Hint(
-            tr(
-                (
-                    "{len_missing} more of the six have no symbolic at any opset (asinh, section "
-                    "6, is not the only one): ask `locate_translation(op)['torchscript']` for "
-                    "each op; None means the TorchScript exporter has none"
-                ),
-                len_missing=len(missing),
-            )
-        )
+    return {op: (legacy_symbolic_opsets(op) or [None])[0] for op in CANDIDATE_OPS}
+
+
+@exercise(
+    "10.2",
+    "which ops the TorchScript exporter cannot translate",
+    look=N_(
+        "section 6: the TorchScript exporter's registry, filled from the symbolic_opsetN.py "
+        "files, and how it picks an opset for a target (_dispatch_opset_version in "
+        "torch/onnx/_internal/torchscript_exporter/registration.py)"
+    ),
+    reveal=N_("`legacy_symbolic_opsets(op)` and `locate_translation(op)['torchscript']`"),
+)
+def lacking_symbolics(answer: Any) -> str:
+    """`answer` maps each of CANDIDATE_OPS to its lowest opset with a symbolic, or None."""
     from torch.onnx import _constants
 
+    if not isinstance(answer, dict):
+        raise Hint(
+            tr(
+                "answer with a dict {{op: lowest opset or None}} for all six ops, like "
+                '{{"aten::<name>": <opset or None>, ...}}'
+            )
+        )
+    given = {aten_name(k): v for k, v in answer.items()}
+    if set(given) != set(CANDIDATE_OPS):
+        raise Hint(
+            tr(
+                "give one entry for each of the six ops {ops}; yours covers {names}",
+                ops=list(CANDIDATE_OPS),
+                names=sorted(given),
+            )
+        )
+    truth = _first_opsets()
     lowest, highest = _constants.ONNX_MIN_OPSET, _constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
-    return tr(
-        (
-            "{sorted_truth} have no symbolic function in the TorchScript exporter's "
-            "registry at any opset it accepts ({lowest} to {highest})"
-        ),
-        sorted_truth=sorted(truth),
-        lowest=lowest,
-        highest=highest,
+    norm = {}
+    for op, v in given.items():
+        if v is None:
+            norm[op] = None
+            continue
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise Hint(tr("each value is an opset (an int) or None, found {v!r}", v=v))
+        norm[op] = v
+    if norm == truth:
+        from helpers.onnx_custom import onnx_schema_since
+
+        lacking = sorted(op for op, v in truth.items() if v is None)
+        erf_since = onnx_schema_since("Erf")
+        return tr(
+            (
+                "{truth}: {lacking} have no symbolic function in the TorchScript exporter's "
+                "registry at any opset it accepts ({lowest} to {highest}); a symbolic in "
+                "symbolic_opsetN.py serves N and later, and targets 7 and 8 search up to "
+                "opset 9, so the opset-9 symbolics of gelu and log1p serve 7. Finding a "
+                "symbolic is not making a valid file: gelu's writes an Erf node, an ONNX "
+                "operator only since opset {erf_since}, so at 7 and 8 onnx.checker rejects "
+                "the file"
+            ),
+            truth=truth,
+            lacking=lacking,
+            lowest=lowest,
+            highest=highest,
+            erf_since=erf_since,
+        )
+    wrong = [op for op in CANDIDATE_OPS if norm[op] != truth[op]]
+    count = tr("{n} of the 6 entries are wrong", n=len(wrong))
+    if any(norm[op] is None for op in wrong):
+        raise Hint(
+            count
+            + tr(
+                "; an op you marked None has a symbolic: asinh (section 6) has none, but "
+                "half of these have one"
+            )
+        )
+    if any(truth[op] is None for op in wrong):
+        raise Hint(
+            count
+            + tr(
+                "; an op you gave an opset has no symbolic at any opset: having an ONNX "
+                "operator of its own (Asinh, section 6) does not mean the exporter has a "
+                "symbolic for it"
+            )
+        )
+    raise Hint(
+        count
+        + tr(
+            "; the ops are right, an opset is not: a symbolic in symbolic_opsetN.py serves N "
+            "and later, and the legacy targets 7 and 8 search upward to opset 9, so a "
+            "symbolic from symbolic_opset8.py or symbolic_opset9.py serves them too ({lowest} "
+            "is the lowest target it accepts)",
+            lowest=lowest,
+        )
     )
 
 
@@ -216,14 +326,31 @@ def _cases() -> dict[str, torch.Tensor]:
     """Inputs that tell the whole-tensor condition from an element-wise one."""
     mixed = torch.tensor([[3.0, -1.0, 2.0], [1.0, -0.5, 4.0]])  # sum > 0, some elements < 0
     return {
-        "positive": torch.ones(2, 3),
-        "negative": -torch.ones(2, 3),
-        "mixed, positive sum": mixed,
-        "mixed, negative sum": -mixed,
+        N_("positive"): torch.ones(2, 3),
+        N_("negative"): -torch.ones(2, 3),
+        N_("mixed, positive sum"): mixed,
+        N_("mixed, negative sum"): -mixed,
     }
 
 
-@exercise("10.3", "Branchy without Python control flow")
+def _hidden_cases() -> dict[str, torch.Tensor]:
+    """10.3's hidden inputs (ONNX Runtime gets the (2, 3) ones: the file's shape is fixed)."""
+    return {
+        N_("a zero sum, shape (2, 3)"): torch.tensor([[1.0, -2.0, 1.0], [2.0, -1.0, -1.0]]),
+        N_("rows of opposite sums, shape (2, 3)"): torch.tensor(
+            [[5.0, 1.0, 1.0], [-1.0, -2.0, -1.0]]
+        ),
+        N_("a 1-d input of 5, negative sum"): torch.tensor([1.0, -4.0, 2.0, -0.5, 0.25]),
+        N_("a 3-d input (2, 2, 2), positive sum"): torch.arange(8.0).reshape(2, 2, 2) - 3.0,
+    }
+
+
+@exercise(
+    "10.3",
+    "Branchy without Python control flow",
+    look=N_("section 5: what the TorchScript tracer records of an `if` on a tensor's value"),
+    reveal=N_("`torch.where(cond, a, b)` with `cond` a 0-d tensor computed from the whole input"),
+)
 def branchless(answer: Any) -> str:
     """`answer(x)` must equal Branchy in eager and after the TorchScript exporter, on all inputs."""
     from helpers.onnx_tools import export_onnx, run_ort
@@ -237,7 +364,7 @@ def branchless(answer: Any) -> str:
             raise Hint(
                 tr(
                     "on the {name} input: expected a tensor of shape {tuple_x_shape}",
-                    name=name,
+                    name=tr(name),
                     tuple_x_shape=tuple(x.shape),
                 )
             )
@@ -250,18 +377,38 @@ def branchless(answer: Any) -> str:
                             "Branchy tests x.sum(), one condition for the whole tensor, not each "
                             "element"
                         ),
-                        name=name,
+                        name=tr(name),
                     )
                 )
             raise Hint(
-                tr("eager PyTorch already differs from Branchy on the {name} input", name=name)
+                tr("eager PyTorch already differs from Branchy on the {name} input", name=tr(name))
+            )
+    for name, x in _hidden_cases().items():
+        got = answer(x.clone())
+        if not isinstance(got, torch.Tensor) or got.shape != x.shape:
+            raise Hint(
+                tr(
+                    "the four inputs pass, but on a hidden case ({name}) the result is not a "
+                    "tensor of shape {tuple_x_shape}",
+                    name=tr(name),
+                    tuple_x_shape=tuple(x.shape),
+                )
+            )
+        if not torch.equal(got, reference(x)):
+            raise Hint(
+                tr(
+                    "the four inputs pass, but a hidden case ({name}) differs from Branchy in "
+                    "eager: read its condition again, for the whole tensor and at the boundary",
+                    name=tr(name),
+                )
             )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TracerWarning of an `if` is the hint below
         m = export_onnx(_Wrap(answer).eval(), (torch.ones(2, 3),), dynamo=False)
+    ort_cases = {**_cases(), **{k: v for k, v in _hidden_cases().items() if v.shape == (2, 3)}}
     wrong = [
         name
-        for name, x in _cases().items()
+        for name, x in ort_cases.items()
         if not torch.equal(torch.from_numpy(run_ort(m, x)[0]), reference(x))
     ]
     if wrong:
@@ -270,13 +417,14 @@ def branchless(answer: Any) -> str:
                 (
                     "eager is right, but the ONNX file is wrong on the {join_wrong} input(s): "
                     "the TorchScript exporter kept only the branch the example took (section 5). "
-                    "Compute both results and select with torch.where, so the graph holds the "
-                    "condition"
+                    "Compute both results and select between them with the condition as a "
+                    "tensor, so the graph holds the condition"
                 ),
-                join_wrong=", ".join(wrong),
+                join_wrong=", ".join(tr(w) for w in wrong),
             )
         )
     return tr(
-        "ONNX Runtime matches Branchy on all four inputs: the condition and both "
-        "results are graph nodes (a Where), so no branch is frozen at trace time"
+        "eager matches Branchy on all eight inputs and ONNX Runtime on the six of shape "
+        "(2, 3): the condition and both results are graph nodes (a Where, or arithmetic on "
+        "the condition), so no branch is frozen at trace time"
     )
