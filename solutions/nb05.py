@@ -1,5 +1,7 @@
 """Worked solutions to notebook 05's exercises (all-reduce from scratch)."""
 
+from helpers import allreduce as ar
+
 # 05.1 The bytes rank 0 sends on the ring.
 # 1000 float32 elements on N = 8 ranks: 8 chunks of 125 elements = 500 bytes each.
 # The ring runs 2(N-1) = 14 steps (7 of reduce-scatter, 7 of all-gather) and rank 0 sends one
@@ -7,12 +9,13 @@
 # `expected_p2p("ring", 1000, 4, 8, 0)["bytes_sent"]` says the same.
 ANSWER_05_1 = 7000
 
-# 05.2 Who owns which chunk after the reduce-scatter (N = 4).
-# `ring_schedule`: at step s rank r receives chunk (r - s - 1) % N from rank r-1 and adds it.
-# Its last receive, at step N-2 = 2, is chunk (r - 3) % 4 = (r + 1) % 4, which then holds every
-# rank's share: rank 0 owns chunk 1, rank 1 chunk 2, rank 2 chunk 3, rank 3 chunk 0.
-# In the picture: `ring_svg(ar.simulate_ring([[1]*4]*4).steps, 3)` has one green chunk per rank.
-ANSWER_05_2 = {0: 1, 1: 2, 2: 3, 3: 0}
+# 05.2 Whose shares arrive during the reduce-scatter (N = 5, rank 2).
+# `ring_schedule`: at step s rank r sends chunk (r - s) % N to rank r+1: at step 0 its own share
+# of chunk r, afterwards the chunk it received at step s-1 with its own share added. Rank 2
+# receives from rank 1: step 0 chunk 1 = {1}; step 1 chunk 0, which rank 1 got from rank 0 =
+# {0, 1}; step 2 chunk 4 = {4, 0, 1}; step 3 chunk 3 = {3, 4, 0, 1}, to which rank 2 adds its
+# own share: complete.
+ANSWER_05_2 = [{1}, {0, 1}, {0, 1, 4}, {0, 1, 3, 4}]
 
 # 05.3 Where the ring starts to beat naive (α = 20 µs, β = 1 / 10 GB/s, N = 8).
 # naive: (N-1)(α + nβ); ring: 2(N-1)α + 2(N-1)/N nβ. Equal when
@@ -22,10 +25,9 @@ ANSWER_05_3 = 20e-6 * 8 / ((8 - 2) * (1 / 10e9))
 
 
 # 05.4 The ring's reduce-scatter with send and recv.
-def my_reduce_scatter(rank, world_size, inputs):
-    """Reduce-scatter `inputs[rank]` on the ring; return (chunk index, its values)."""
-    x = torch.tensor(inputs[rank], dtype=torch.float64)  # noqa: F821 (launch_source's prelude)
-    chunks = list(torch.tensor_split(x, world_size))  # noqa: F821  views into x
+def my_reduce_scatter(rank, world_size, x):
+    """Reduce-scatter this rank's 1-D tensor `x` on the ring; return (chunk index, its values)."""
+    chunks = list(torch.tensor_split(x, world_size))  # noqa: F821 (prelude)  views into x
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
     for step in range(world_size - 1):
         send_i = (rank - step) % world_size  # the chunk completed one step ago (own at step 0)
@@ -57,14 +59,39 @@ SOLUTIONS = {
 # typical wrong answers (the hint must contain the words given)
 
 
-def _uses_all_reduce(rank, world_size, inputs):
-    x = torch.tensor(inputs[rank], dtype=torch.float64)  # noqa: F821
+def _uses_all_reduce(rank, world_size, x):
     dist.all_reduce(x)  # noqa: F821
     return (rank + 1) % world_size, torch.tensor_split(x, world_size)[(rank + 1) % world_size]  # noqa: F821
 
 
 def _no_inputs(rank, world_size):
     return rank, []
+
+
+def _torch_chunk(rank, world_size, x):
+    # a plausible bug: torch.chunk instead of torch.tensor_split. For 5 elements on 3 ranks both
+    # cut 2, 2, 1; for 9 on 4, torch.chunk cuts 3, 3, 3 (three chunks, not four).
+    chunks = list(torch.chunk(x, world_size))  # noqa: F821
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    for step in range(world_size - 1):
+        send_i, recv_i = (rank - step) % world_size, (rank - step - 1) % world_size
+        inbox = torch.empty_like(chunks[recv_i])  # noqa: F821
+        reqs = [dist.isend(chunks[send_i], right), dist.irecv(inbox, left)]  # noqa: F821
+        for req in reqs:
+            req.wait()
+        chunks[recv_i] += inbox
+    mine = (rank + 1) % world_size
+    return mine, chunks[mine].tolist()
+
+
+def _whole_ring(rank, world_size, x):
+    # the notebook's whole ring all-reduce (2(N-1) sends), then the owned chunk, and a dead
+    # dist.isend so that the source names a p2p call: the run-time watch counts the sends
+    ar.ring_allreduce(x)
+    mine = (rank + 1) % world_size
+    if world_size < 0:
+        dist.isend(x, 0)  # noqa: F821
+    return mine, torch.tensor_split(x, world_size)[mine].tolist()  # noqa: F821
 
 
 WRONG = {
@@ -74,17 +101,24 @@ WRONG = {
         (8000, "never sends the whole tensor"),
     ],
     "05.2": [
-        ({0: 0, 1: 1, 2: 2, 3: 3}, "sends its own chunk"),
-        ({0: 3, 1: 0, 2: 1, 3: 2}, "direction"),
+        ([{1, 2}, {0, 1, 2}, {0, 1, 2, 4}, {0, 1, 2, 3, 4}], "own share"),
+        ([{1}, {0}, {4}, {3}], "adds its own share"),
+        ([{3}, {3, 4}, {0, 3, 4}, {0, 1, 3, 4}], "direction"),
+        ([1, 0, 4, 3], "not a chunk index"),
+        ([{1}, {0, 1}, {0, 1, 4}], "N-1 = 4"),
+        ([{1}, {1, 0}, {1, 0, 3}, {0, 1, 3, 4}], "Follow what rank 1 holds"),
     ],
     "05.3": [
         (200_000.0, "α/β alone"),
         (0.2667, "MB"),
-        (1e6, "faster"),
+        (1e6, "set them equal"),
+        (20e-6 * 8 / (7 * 1e-10), "N-2"),
     ],
     "05.4": [
         (_uses_all_reduce, "do not call a collective"),
-        (_no_inputs, "takes (rank, world_size, inputs)"),
+        (_no_inputs, "takes (rank, world_size, x)"),
+        (_torch_chunk, "a hidden case"),
+        (_whole_ring, "broke a rule of the ring"),
     ],
     "05.5": [
         ((4000, 4000), "every other rank"),

@@ -11,23 +11,133 @@
 #   0.bias 2048 -> + 0.weight = 526336: close [0.bias, 0.weight]
 ANSWER_06_1 = [["4.bias", "4.weight"], ["2.bias", "2.weight"], ["0.bias", "0.weight"]]
 
-# 06.2 Sum instead of mean.
-# With reduction="sum", rank r's gradient is g_r = sum of its 4 samples' gradients, and the
-# reference on all 8 samples is g_all = g_0 + g_1 (the gradient of a sum is the sum).
-# DDP all-reduces (sums) and divides by world_size = 2: (g_0 + g_1) / 2 = g_all / 2.
-ANSWER_06_2 = 0.5
+# 06.2 A sum loss on the ranks, a mean loss as reference (4 ranks, 3 samples each).
+# With reduction="sum", rank r's gradient is g_r = the sum of its 3 samples' gradients. DDP
+# all-reduces (sums) and divides by world_size = 4: (g_0 + g_1 + g_2 + g_3) / 4 = G / 4, G the
+# sum over all 12 samples. The reference's mean loss divides by every element of the output,
+# 12 samples x 4 outputs = 48: its gradient is G / 48. Factor: 48 / 4 = 12.
+ANSWER_06_2 = 12.0
 
-# 06.3 An unused head.
-# Without it, DDP waits in every backward for a gradient of every parameter; head_b's never
+# 06.3 An unused head: which argument sets let both steps run?
+# Without help, DDP waits in every backward for a gradient of every parameter; head_b's never
 # comes, its bucket is never reduced, and the next iteration raises "Expected to have finished
-# reduction in the prior iteration before starting a new one". find_unused_parameters=True makes
-# DDP traverse the graph after forward and mark the parameters it did not reach as ready.
-# (static_graph=True also works when the same parameters are unused in every iteration.)
-ANSWER_06_3 = {"find_unused_parameters": True}
+# reduction in the prior iteration before starting a new one". find_unused_parameters=True (B)
+# makes DDP traverse the graph after forward and mark the parameters it did not reach as ready;
+# static_graph=True (C) records the unused ones in the first iteration and marks them ready
+# from then on. gradient_as_bucket_view (D) and bucket_cap_mb (E) change only the buckets.
+ANSWER_06_3 = {"B", "C"}
 
-SOLUTIONS = {"06.1": ANSWER_06_1, "06.2": ANSWER_06_2, "06.3": ANSWER_06_3}
+
+# 06.4 DDP's bucket assignment.
+# Walk the parameters in the order given (gradient order). Each dtype (and device) fills a bucket
+# of its own; a bucket closes once its bytes reach its cap, the parameter that reaches it inside,
+# so a parameter bigger than the cap closes the bucket it lands in. Each dtype starts with
+# limits[0] and takes the next cap after every bucket it closes, keeping the last one. The
+# buckets still open at the end are kept; the list is ordered by each bucket's first position.
+# Section 4's case: sizes 40, 20480, 2048, 1048576, 2048, 524288 with caps [1 MiB, 25 MiB]:
+# 40 + 20480 + 2048 + 1048576 = 1071144 >= 1 MiB closes [0, 1, 2, 3]; [4, 5] stays open.
+def assign_buckets(params, limits):
+    """Positions of `params` (in gradient order) per bucket, as DDP's Reducer assigns them."""
+    done = []  # (positions) of every bucket, closed or still open at the end
+    open_buckets = {}  # (dtype, device) -> [positions, bytes]
+    next_cap = {}  # (dtype, device) -> index into limits
+    for i, p in enumerate(params):
+        key = (p.dtype, p.device)
+        bucket = open_buckets.setdefault(key, [[], 0])
+        bucket[0].append(i)
+        bucket[1] += p.numel() * p.element_size()
+        k = next_cap.setdefault(key, 0)
+        if bucket[1] >= limits[k]:
+            done.append(bucket[0])
+            del open_buckets[key]
+            next_cap[key] = min(k + 1, len(limits) - 1)
+    done += [positions for positions, _ in open_buckets.values()]
+    return sorted(done, key=lambda b: b[0])
+
+
+SOLUTIONS = {
+    "06.1": ANSWER_06_1,
+    "06.2": ANSWER_06_2,
+    "06.3": ANSWER_06_3,
+    "06.4": assign_buckets,
+}
+
 
 # typical wrong answers (the hint must contain the words given)
+
+
+def _by_heart(params, limits):
+    return [[0, 1, 2, 3], [4, 5]]  # section 4's case, typed in
+
+
+def _one_cap(params, limits):
+    # a plausible bug: the first cap for every bucket (section 4's case closes only one)
+    done, bucket, size = [], [], 0
+    for i, p in enumerate(params):
+        bucket.append(i)
+        size += p.numel() * p.element_size()
+        if size >= limits[0]:
+            done.append(bucket)
+            bucket, size = [], 0
+    return done + ([bucket] if bucket else [])
+
+
+def _ignores_dtype(params, limits):
+    # walks the caps right but puts every dtype in the same bucket
+    done, bucket, size, k = [], [], 0, 0
+    for i, p in enumerate(params):
+        bucket.append(i)
+        size += p.numel() * p.element_size()
+        if size >= limits[k]:
+            done.append(bucket)
+            bucket, size, k = [], 0, min(k + 1, len(limits) - 1)
+    return done + ([bucket] if bucket else [])
+
+
+def _closes_before(params, limits):
+    # closes a bucket before the parameter that would make it reach the cap
+    done, bucket, size, k = [], [], 0, 0
+    for i, p in enumerate(params):
+        nbytes = p.numel() * p.element_size()
+        if bucket and size + nbytes >= limits[k]:
+            done.append(bucket)
+            bucket, size, k = [], 0, min(k + 1, len(limits) - 1)
+        bucket.append(i)
+        size += nbytes
+    return done + ([bucket] if bucket else [])
+
+
+def _hidden_name(params, limits):
+    # torch's assignment under a name the source does not spell: refused while it runs
+    import torch.distributed as dist
+
+    find = getattr(dist, "_compute_bucket_" + "assignment_by_size")
+    return [list(b) for b in find(params, limits, [False] * len(params))[0]]
+
+
+def _cycles_caps(params, limits):
+    # a plausible bug: after the last cap, start the list again instead of keeping the last one
+    done, open_buckets, next_cap = [], {}, {}
+    for i, p in enumerate(params):
+        key = (p.dtype, p.device)
+        bucket = open_buckets.setdefault(key, [[], 0])
+        bucket[0].append(i)
+        bucket[1] += p.numel() * p.element_size()
+        k = next_cap.setdefault(key, 0)
+        if bucket[1] >= limits[k]:
+            done.append(bucket[0])
+            del open_buckets[key]
+            next_cap[key] = (k + 1) % len(limits)
+    done += [positions for positions, _ in open_buckets.values()]
+    return sorted(done, key=lambda b: b[0])
+
+
+def _calls_torch(params, limits):
+    import torch.distributed as dist
+
+    return dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))[0]
+
+
 WRONG = {
     "06.1": [
         # the default buckets (1 MiB first bucket), as section 4 measured them
@@ -39,12 +149,27 @@ WRONG = {
         ([["4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight"]], "step 0"),
     ],
     "06.2": [
-        (1.0, "divides the sum"),
-        (2.0, "upside down"),
-        (4.0, "also a SUM"),
+        (48.0, "divides each rank's gradient"),
+        (1 / 12, "upside down"),
+        (3.0, "every element"),
+        (0.25, "MEAN"),
+        (0.5, "write DDP's gradient"),
     ],
     "06.3": [
-        ({"find_unused_params": True}, "not an argument"),
-        ({}, "second iteration"),
+        ({"A"}, "plain DDP waits"),
+        ({"B"}, "is missing"),
+        ({"B", "C", "E"}, "bucketed or stored"),
+        ("B", "a set of letters"),
+        ({"F"}, "not among the candidates"),
+    ],
+    "06.4": [
+        (_by_heart, "a hidden case"),
+        (_one_cap, "a hidden case"),
+        (_ignores_dtype, "mixes dtypes"),
+        (_closes_before, "below its cap"),
+        (_calls_torch, "write the assignment yourself"),
+        (_hidden_name, "write the assignment yourself"),
+        (_cycles_caps, "a hidden case"),
+        (lambda sizes: [], "takes (params, limits)"),
     ],
 }

@@ -2,8 +2,9 @@
 
 Each judge computes the right answer from this project's model of the ring, which the notebook
 checks against `dist.all_reduce` and the p2p byte counters: `expected_p2p` for bytes,
-`simulate_ring` (the schedule `ring_allreduce` runs) for who owns what, `alpha_beta_time` for
-the crossover; the reader's reduce-scatter runs on 3 ranks through `launch_source`.
+`simulate_ring` (the schedule `ring_allreduce` runs) for whose shares a chunk holds,
+`alpha_beta_time` for the crossover; the reader's reduce-scatter runs through `launch_source` on
+3 ranks and on a hidden 4-rank case, each rank given only its own row, its p2p calls watched.
 Worked solutions: solutions/nb05.py.
 """
 
@@ -15,7 +16,7 @@ import textwrap
 from typing import Any
 
 from helpers import allreduce as ar
-from helpers.exercises import Hint, as_int, exercise, launch_source, tr
+from helpers.exercises import N_, Hint, as_int, exercise, launch_source, tr
 
 # 05.1: the ring's bytes
 NUMEL, ITEMSIZE, WORLD = 1000, 4, 8
@@ -35,7 +36,12 @@ def _number(answer: Any, what: str) -> float:
     return float(answer)
 
 
-@exercise("05.1", "The bytes rank 0 sends on the ring")
+@exercise(
+    "05.1",
+    "The bytes rank 0 sends on the ring",
+    look=N_("section 2's `ring_schedule` (how many steps, one chunk each) and section 5's counts"),
+    reveal=N_('`ar.expected_p2p("ring", 1000, 4, 8, 0)["bytes_sent"]`'),
+)
 def ring_bytes(answer: Any) -> str:
     found = _number(answer, tr("the bytes"))
     truth = ar.expected_p2p("ring", NUMEL, ITEMSIZE, WORLD, 0)["bytes_sent"]
@@ -81,59 +87,101 @@ def ring_bytes(answer: Any) -> str:
     )
 
 
-# 05.2: who owns which complete chunk after the reduce-scatter
-RS_RANKS = 4
+# 05.2: whose shares the chunk rank RS_RANK receives at each reduce-scatter step contains
+RS_RANKS, RS_RANK = 5, 2
 
 
-def _owners_after_reduce_scatter(n: int) -> dict[int, int]:
+def _received_shares(n: int, rank: int) -> list[frozenset[int]]:
+    """For each of the N-1 reduce-scatter steps, the ranks whose shares the chunk `rank`
+    receives at that step already holds (what it gains that step), from `simulate_ring`."""
     sim = ar.simulate_ring([[10**r] * n for r in range(n)])
-    mid = sim.steps[n - 1]  # after the N-1 reduce-scatter steps
-    return {r: c for r in range(n) for c in range(n) if len(mid.owners[r][c]) == n}
+    gained = []
+    for before, after in zip(sim.steps[: n - 1], sim.steps[1:n], strict=True):
+        new = [after.owners[rank][c] - before.owners[rank][c] for c in range(n)]
+        grown = [g for g in new if g]
+        if len(grown) != 1:
+            raise RuntimeError(f"simulate_ring: rank {rank} grew {len(grown)} chunks: update 05.2")
+        gained.append(frozenset(grown[0]))
+    return gained
 
 
-@exercise("05.2", "Who owns which chunk after the reduce-scatter")
-def reduce_scatter_owners(answer: Any) -> str:
-    if isinstance(answer, (list, tuple)) and len(answer) == RS_RANKS:
-        answer = dict(enumerate(answer))  # [chunk of rank 0, chunk of rank 1, ...]
-    if not isinstance(answer, dict):
+def _as_share_sets(answer: Any, n: int) -> list[frozenset[int]] | None:
+    try:
+        found = [frozenset(as_int(r) for r in step) for step in answer]
+    except TypeError:
+        return None
+    if any(None in step for step in found):
+        return None
+    return found
+
+
+@exercise(
+    "05.2",
+    "Whose shares arrive during the reduce-scatter",
+    look=N_(
+        "section 2's `ring_schedule` (which chunk a rank sends at step s, and where it came "
+        "from) and section 3's pictures of the ring's steps"
+    ),
+    reveal=N_("`ar.simulate_ring([[10**r] * 5 for r in range(5)])`, its `owners`, step by step"),
+)
+def reduce_scatter_shares(answer: Any) -> str:
+    n, rank = RS_RANKS, RS_RANK
+    if not isinstance(answer, (tuple, list)) or len(answer) != n - 1:
         raise Hint(
             tr(
-                "give a dict {{rank: chunk}} for ranks 0..3, found {found_type}",
-                found_type=type(answer).__name__,
+                "give a list of N-1 = {count} sets, one per reduce-scatter step: the ranks "
+                "whose shares the chunk rank {rank} receives at that step contains",
+                count=n - 1,
+                rank=rank,
             )
         )
-    truth = _owners_after_reduce_scatter(RS_RANKS)
-    if sorted(answer) != list(range(RS_RANKS)):
+    found = _as_share_sets(answer, n)
+    if found is None:
         raise Hint(
             tr(
-                "give one entry per rank, keys 0..{last}; found {keys}",
-                last=RS_RANKS - 1,
-                keys=sorted(answer),
+                "each step's entry is a set of ranks (whose shares the received chunk holds), "
+                "not a chunk index"
             )
         )
-    found = {r: int(c) for r, c in answer.items()}
+    truth = _received_shares(n, rank)
+    left = (rank - 1) % n
     if found == truth:
         return tr(
             (
-                "after step N-1 = {last_step} rank r holds chunk (r + 1) % N complete: "
-                "{truth}; it received that chunk last, from rank r-1, and added its own share"
+                "rank {rank} receives {truth}: at step s rank {left} forwards the chunk it "
+                "received at step s-1 with its own share added, so each arrives with one share "
+                "more; the last, chunk {owned} = (r + 1) % N, then gets rank {rank}'s own share "
+                "and holds all {n}"
             ),
-            last_step=RS_RANKS - 1,
-            truth=truth,
+            rank=rank,
+            truth=[sorted(t) for t in truth],
+            left=left,
+            owned=(rank + 1) % n,
+            n=n,
         )
-    if found == {r: r for r in range(RS_RANKS)}:
+    if any(rank in step for step in found):
         raise Hint(
             tr(
-                "rank r SENDS its own chunk r first and never gets it back during the "
-                "reduce-scatter; look at the green chunks of `ring_svg(sim.steps, N - 1)`"
+                "rank {rank}'s own share is not in what it receives: it adds its share to the "
+                "chunk after it arrives",
+                rank=rank,
             )
         )
-    if found == {r: (r - 1) % RS_RANKS for r in range(RS_RANKS)}:
-        raise Hint(tr("wrong direction: rank r sends to rank r+1 (`ring_schedule`), not to r-1"))
+    if all(len(step) == 1 for step in found):
+        raise Hint(
+            tr(
+                "a chunk is not forwarded as it arrived: before sending it on, the left "
+                "neighbour adds its own share to it, so what arrives grows step by step"
+            )
+        )
+    if found == [frozenset((rank + 1 + k) % n for k in range(s + 1)) for s in range(n - 1)]:
+        raise Hint(tr("wrong direction: rank r receives from rank r-1, which sends to rank r+1"))
     raise Hint(
         tr(
-            "run `simulate_ring` on 4 ranks and look at step 3 (`ring_step_text` marks a "
-            "complete chunk with *, `ring_svg` colours it green)"
+            "at step 0 every rank sends its own share of one chunk to rank r+1; at step s it "
+            "sends the chunk it received at step s-1, with its own share added. Follow what "
+            "rank {left} holds when it sends",
+            left=left,
         )
     )
 
@@ -157,7 +205,15 @@ def _crossover() -> float:
     return (lo + hi) / 2
 
 
-@exercise("05.3", "Where the ring starts to beat naive")
+@exercise(
+    "05.3",
+    "Where the ring starts to beat naive",
+    look=N_("section 6: the α-β formulas of naive and ring, and the crossover n* below the timing"),
+    reveal=N_(
+        '`ar.alpha_beta_time("ring", n, 8, 20e-6, 1e-10)` against the same for '
+        '"naive", bisected for n'
+    ),
+)
 def ring_beats_naive(answer: Any) -> str:
     found = _number(answer, tr("the size in bytes"))
     truth = _crossover()
@@ -181,15 +237,25 @@ def ring_beats_naive(answer: Any) -> str:
     for unit, factor in (("kB", 1e3), ("MB", 1e6), ("KiB", 1024), ("MiB", 2**20)):
         if abs(found * factor - truth) <= 0.02 * truth:
             raise Hint(tr("that looks like {unit}: give the size in bytes", unit=unit))
-    side = tr("faster") if found > truth else tr("slower")
+    n = AB_WORLD
+    slips = {
+        ALPHA * n / ((n - 1) * BETA): tr("there is N-2 where you have N-1"),
+        ALPHA * n / ((n - 2) * BETA) * 2: tr("a factor 2 too many"),
+        ALPHA * n / ((n - 2) * BETA) / 2: tr("a factor 2 too few"),
+    }
+    for value, slip in slips.items():
+        if abs(found - value) <= 0.02 * value:
+            raise Hint(
+                tr(
+                    "close to the form, but {slip}: naive sends (N-1) n bytes in N-1 steps, the "
+                    "ring 2(N-1)/N n bytes in 2(N-1) steps",
+                    slip=slip,
+                )
+            )
     raise Hint(
         tr(
-            (
-                "at {found:,.0f} bytes the ring is still {side} than naive in the model; "
-                "`alpha_beta_time` on both sides of your answer tells you which way to go"
-            ),
-            found=found,
-            side=side,
+            "write naive's time and the ring's time with section 6's formulas (latency terms "
+            "plus byte terms), set them equal and solve for n"
         )
     )
 
@@ -198,7 +264,26 @@ def ring_beats_naive(answer: Any) -> str:
 RS_WORLD = 3  # three ranks: two steps, so the chunk indices must follow the schedule
 RS_INPUTS = [[10**r * (i + 1) for i in range(5)] for r in range(RS_WORLD)]
 _P2P = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp"}
-_COLLECTIVES = {"all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce", "all_gather"}
+_COLLECTIVES = (
+    "all_reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "gather",
+    "scatter",
+    "all_gather_object",
+    "broadcast_object_list",
+    "gather_object",
+    "scatter_object_list",
+)
+#: The marker of a rule the run-time watch (`_watch_p2p`) found broken, in a rank's error.
+_RULE = "05.4 rule:"
+RS_TIMEOUT_S = 60  # a correct ring takes seconds, even with the machine loaded
 
 
 def _calls(fn: Any) -> set[str]:
@@ -210,66 +295,270 @@ def _calls(fn: Any) -> set[str]:
     }
 
 
-@exercise("05.4", "The ring's reduce-scatter with send and recv")
+class OwnRow:
+    """What the judge passes to every rank: all ranks' rows, pickled once, but each worker
+    unpickles only ITS row (the rank comes from the RANK variable the launcher sets before it
+    unpickles the arguments), so rank r's function never sees another rank's input. Unpickling
+    also installs `_watch_p2p` in that worker."""
+
+    def __init__(self, rows: list[list[float]]) -> None:
+        self.rows = rows
+
+    def __reduce__(self) -> tuple:
+        return (_own_row, (self.rows,))
+
+
+def _own_row(rows: list[list[float]]) -> Any:
+    import os
+
+    import torch
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    _watch_p2p(rank, world, len(rows[rank]))
+    return torch.tensor(rows[rank], dtype=torch.float64)
+
+
+def _watch_p2p(rank: int, world: int, numel: int) -> None:
+    """In a worker: wrap torch.distributed's p2p functions so that they check, as the reader's
+    function calls them, the ring's rules (sends go to rank+1, receives come from rank-1, at
+    most N-1 of each, the k-th one of the size of chunk (r - k) % N, resp. (r - k - 1) % N, of
+    `tensor_split`), and make every collective raise. A broken rule raises at that call."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    sizes = [len(c) for c in torch.tensor_split(torch.empty(numel), world)]
+    count = {"send": 0, "recv": 0, "inside": 0}  # inside: send calls isend in torch
+
+    def watched(name: str, kind: str, original: Any) -> Any:
+        def call(tensor: Any, peer: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if count["inside"]:
+                return original(tensor, peer, *args, **kwargs)
+            if peer is None:
+                peer = kwargs.get("dst" if kind == "send" else "src")
+            want_peer = (rank + 1) % world if kind == "send" else (rank - 1) % world
+            k = count[kind]
+            if peer != want_peer:
+                raise RuntimeError(
+                    f"{_RULE} {kind} {name} with rank {peer}; on the ring rank {rank} "
+                    f"only sends to rank {(rank + 1) % world} and receives from rank "
+                    f"{(rank - 1) % world}"
+                )
+            if k >= world - 1:
+                raise RuntimeError(
+                    f"{_RULE} rank {rank} posted more than N-1 = {world - 1} {kind}s"
+                )
+            chunk = (rank - k) % world if kind == "send" else (rank - k - 1) % world
+            if tensor.numel() != sizes[chunk]:
+                raise RuntimeError(
+                    f"{_RULE} rank {rank}'s {kind} number {k} has {tensor.numel()} elements, "
+                    f"chunk {chunk} has {sizes[chunk]}"
+                )
+            count[kind] = k + 1
+            count["inside"] += 1
+            try:
+                return original(tensor, peer, *args, **kwargs)
+            finally:
+                count["inside"] -= 1
+
+        return call
+
+    for name, kind in (("send", "send"), ("isend", "send"), ("recv", "recv"), ("irecv", "recv")):
+        wrapped = watched(name, kind, getattr(c10d, name))
+        setattr(dist, name, wrapped)
+        setattr(c10d, name, wrapped)
+
+    def refuse(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(f"{_RULE} the collective {name} was called")
+
+        return call
+
+    for name in _COLLECTIVES:
+        if hasattr(c10d, name):
+            setattr(dist, name, refuse(name))
+            setattr(c10d, name, refuse(name))
+
+
+@exercise(
+    "05.4",
+    "The ring's reduce-scatter with send and recv",
+    look=N_(
+        "section 2: the reduce-scatter half of `ring_allreduce` and `ring_schedule`'s chunk indices"
+    ),
+    reveal=N_(
+        "`ar.simulate_ring(inputs)` after its N-1 reduce-scatter steps, on the prompt's 3 ranks "
+        "and a hidden 4-rank case"
+    ),
+)
 def reduce_scatter_on_p2p(answer: Any) -> str:
     if not callable(answer):
         raise Hint(
             tr(
-                "give a function my_reduce_scatter(rank, world_size, inputs), found {answer!r}",
+                "give a function my_reduce_scatter(rank, world_size, x), found {answer!r}",
                 answer=answer,
             )
         )
     params = list(inspect.signature(answer).parameters)
     if len(params) != 3:
         raise Hint(
-            tr("the function takes (rank, world_size, inputs); yours takes {params}", params=params)
+            tr("the function takes (rank, world_size, x); yours takes {params}", params=params)
         )
     calls = _calls(answer)
-    if calls & _COLLECTIVES:
+    if calls & set(_COLLECTIVES):
         raise Hint(
             tr(
                 (
-                    "do not call a collective ({collectives}): move the chunks "
-                    "yourself with dist.send/dist.recv (or isend/irecv), as `ring_allreduce` does"
+                    "do not call a collective ({collectives}): move the chunks yourself "
+                    "with dist.isend and dist.irecv, posting both before waiting on either"
                 ),
-                collectives=sorted(calls & _COLLECTIVES),
+                collectives=sorted(calls & set(_COLLECTIVES)),
             )
         )
     if not calls & _P2P:
-        raise Hint(tr("the ranks must exchange chunks: use dist.isend/dist.irecv (or send/recv)"))
-    n = len(RS_INPUTS)
-    found = list(launch_source(answer, world_size=n, args=(RS_INPUTS,), timeout_s=90))
-    sim = ar.simulate_ring(RS_INPUTS)
-    mid = sim.steps[n - 1]
-    truth = [((r + 1) % n, list(mid.values[r][(r + 1) % n])) for r in range(n)]
-    got = [(int(i), [float(v) for v in vals]) for i, vals in found]
-    if got == [(i, [float(v) for v in vals]) for i, vals in truth]:
-        chunks = tr(", ").join(
-            tr("rank {r}: chunk {i} = {vals}", r=r, i=i, vals=vals)
-            for r, (i, vals) in enumerate(truth)
-        )
-        return tr(
-            "each rank ends with one chunk summed over all {n} ranks: {chunks}", n=n, chunks=chunks
-        )
-    if [i for i, _ in got] != [i for i, _ in truth]:
         raise Hint(
             tr(
-                (
-                    "ranks returned chunks {got_chunks}; after N-1 steps rank r holds chunk "
-                    "(r + 1) % N complete (`ring_schedule`: at step s it receives chunk (r - s - "
-                    "1) % N)"
-                ),
-                got_chunks=[i for i, _ in got],
+                "each rank holds only its own x: to sum over all ranks they must exchange "
+                "chunks with dist.isend/dist.irecv"
             )
         )
-    raise Hint(
-        tr(
+    n = len(RS_INPUTS)
+    got, truth = _run_reduce_scatter(answer, RS_INPUTS, None)
+    if got != truth:
+        raise Hint(_reduce_scatter_hint(got, truth))
+    # the hidden case: 4 ranks, 9 elements (chunks of 3, 2, 2, 2), other values
+    hidden_got, hidden_truth = _run_reduce_scatter(answer, RS_HIDDEN, RS_HIDDEN_CASE)
+    if hidden_got != hidden_truth:
+        raise Hint(
+            tr(
+                "a hidden case ({case}): {problem}",
+                case=tr(RS_HIDDEN_CASE),
+                problem=_reduce_scatter_hint(hidden_got, hidden_truth, show=False),
+            )
+        )
+    chunks = tr(", ").join(
+        tr("rank {r}: chunk {i} = {vals}", r=r, i=i, vals=vals) for r, (i, vals) in enumerate(truth)
+    )
+    return tr(
+        "each rank ends with one chunk summed over all {n} ranks: {chunks}; each rank saw only "
+        "its own row and sent N-1 chunks to its right neighbour (checked as it ran); a hidden "
+        "case (4 ranks, 9 elements, uneven chunks) agrees too",
+        n=n,
+        chunks=chunks,
+    )
+
+
+def _first_failure(error: Exception) -> str:
+    """The line of a launch error that names the first rank's own exception (not the peers'
+    lost connections), else its first line."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    rank = getattr(error, "rank", None)
+    for line in lines:
+        if rank is not None and line.startswith(f"rank {rank} raised"):
+            return line
+    return lines[0] if lines else ""
+
+
+#: The case the prompt does not show: 4 ranks, 9 elements, so tensor_split's chunks are uneven.
+RS_HIDDEN = [[(r + 1) * 0.5 - i for i in range(9)] for r in range(4)]
+RS_HIDDEN_CASE = N_("4 ranks, 9 elements per rank, chunks of 3, 2, 2, 2")
+
+
+def _launch_hint(error: Exception, case: str | None) -> Hint:
+    """A Hint for a launch that failed: a broken ring rule, a hang, or the reader's error."""
+    from helpers.launch import LaunchTimeout
+
+    if isinstance(error, LaunchTimeout):
+        message = tr(
+            (
+                "the ranks did not finish within {seconds} s: a blocking dist.send waits "
+                "until its receiver posts the matching receive, and on the ring every rank "
+                "sends first, so each waits for the next forever; post dist.isend and "
+                "dist.irecv, then wait on both"
+            ),
+            seconds=RS_TIMEOUT_S,
+        )
+    else:
+        line = next((ln for ln in str(error).splitlines() if _RULE in ln), None)
+        if line is not None:
+            message = tr(
+                (
+                    "your ranks broke a rule of the ring ({rule}): at each of the N-1 steps "
+                    "rank r sends one chunk to rank r+1 and receives one from rank r-1, "
+                    "through dist.isend/dist.irecv only"
+                ),
+                rule=line.split(_RULE, 1)[1].strip(),
+            )
+        else:
+            message = tr(
+                "your code raised {error}: {message}",
+                error=type(error).__name__,
+                message=_first_failure(error),
+            )
+    if case is None:
+        return Hint(message)
+    return Hint(tr("a hidden case ({case}): {problem}", case=tr(case), problem=message))
+
+
+def _run_reduce_scatter(
+    answer: Any, inputs: list[list[float]], case: str | None
+) -> tuple[list, list]:
+    """(what the reader's ranks returned, the truth from `simulate_ring`), both as
+    [(chunk index, [float, ...]) per rank]; one launch, in which each rank gets only its own
+    row (`OwnRow`) and its p2p calls are watched (`_watch_p2p`)."""
+    n = len(inputs)
+    try:
+        found = list(
+            launch_source(answer, world_size=n, args=(OwnRow(inputs),), timeout_s=RS_TIMEOUT_S)
+        )
+    except Hint:
+        raise
+    except Exception as e:  # noqa: BLE001  the reader's bug: a hint, not a traceback
+        raise _launch_hint(e, case) from None
+    mid = ar.simulate_ring(inputs).steps[n - 1]
+    truth = [((r + 1) % n, [float(v) for v in mid.values[r][(r + 1) % n]]) for r in range(n)]
+    try:
+        got = [(int(i), [float(v) for v in vals]) for i, vals in found]
+    except (TypeError, ValueError):
+        raise Hint(
+            tr("each rank returns (chunk index, list of values); found {found}", found=found)
+        ) from None
+    close = len(got) == len(truth) and all(
+        gi == ti
+        and len(gv) == len(tv)
+        and all(abs(a - b) <= 1e-9 * (1 + abs(b)) for a, b in zip(gv, tv, strict=True))
+        for (gi, gv), (ti, tv) in zip(got, truth, strict=True)
+    )
+    return (truth if close else got), truth
+
+
+def _reduce_scatter_hint(got: list, truth: list, show: bool = True) -> str:
+    if [i for i, _ in got] != [i for i, _ in truth]:
+        return tr(
+            (
+                "ranks returned chunks {got_chunks}; after N-1 steps rank r holds chunk "
+                "(r + 1) % N complete (`ring_schedule`: at step s it receives chunk (r - s - "
+                "1) % N)"
+            ),
+            got_chunks=[i for i, _ in got],
+        )
+    if [len(v) for _, v in got] != [len(v) for _, v in truth]:
+        return tr(
+            "the chunks have {got_lengths} elements: cut the tensor as torch.tensor_split does, "
+            "into world_size chunks, the first ones one element longer",
+            got_lengths=[len(v) for _, v in got],
+        )
+    if show:
+        return tr(
             (
                 "right chunks, wrong values: {got}; at each step ADD the received chunk to your "
                 "own copy of it, and send the chunk you completed the step before"
             ),
             got=got,
         )
+    return tr(
+        "right chunks, wrong values; at each step ADD the received chunk to your own copy of "
+        "it, and send the chunk you completed the step before"
     )
 
 
@@ -277,7 +566,12 @@ def reduce_scatter_on_p2p(answer: Any) -> str:
 MASTER_WORLD = 8
 
 
-@exercise("05.5", "The master's busy link")
+@exercise(
+    "05.5",
+    "The master's busy link",
+    look=N_("section 2: `master_allreduce`, who sends what to whom"),
+    reveal=N_('`ar.expected_p2p("master", 1000, 4, 8, r)["bytes_received"]` for r = 0 and r = 1'),
+)
 def master_bytes(answer: Any) -> str:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2):
         raise Hint(tr("give a pair: (bytes rank 0 receives, bytes rank 1 receives)"))
