@@ -38,20 +38,24 @@ WRONG = {
         ((2.0, 0.625), "counts"),  # mean of means
         ((2.5, 0.8125), "spread of the rank means"),  # count-weighted mean of the variances
         ((2.5, 1.785714), "unbiased"),
+        ((1.5625, 2.5), "swapped"),  # the order torch.var_mean returns
     ],
     "07.3": [
         ((128, 512, 128), "count"),
         ((129, 129, 128), "all W ranks"),
         ((129, 516, 512), "no factor W"),
         ((192, 768, 128), "ONE number per rank"),
+        ((129.9, 516.7, 128.99), "whole number"),
     ],
 }
 
 
 # 07.4 One all-reduce for the global statistics (as helpers.syncbn.global_batch_stats does).
-def my_global_stats(rank, world_size, batches):
+# Each rank is given only its own values. Checked on the shown 2 ranks ([1, 2, 6] and [4]:
+# mean 3.25, var 3.6875) and a hidden case: 3 ranks holding 1, 4 and 2 values drawn afresh.
+def my_global_stats(rank, world_size, values):
     """Return the global (mean, biased variance) of all ranks' values, with one all-reduce."""
-    x = torch.tensor(batches[rank], dtype=torch.float64)  # noqa: F821 (launch_source's prelude)
+    x = torch.tensor(values, dtype=torch.float64)  # noqa: F821 (launch_source's prelude)
     # sums add up across ranks, means do not: pack what adds up, including the count
     count = torch.tensor(float(x.numel()), dtype=x.dtype)  # noqa: F821
     local = torch.stack([x.sum(), (x * x).sum(), count])  # noqa: F821
@@ -61,12 +65,18 @@ def my_global_stats(rank, world_size, batches):
     return mean, ss / n - mean * mean  # E[x^2] - mean^2: the biased variance
 
 
-def _gathers(rank, world_size, batches):
-    values = [None] * world_size
-    dist.all_gather_object(values, batches[rank])  # noqa: F821
-    x = torch.tensor(sum(values, []))  # noqa: F821
+def _gathers(rank, world_size, values):
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, values)  # noqa: F821
+    x = torch.tensor(sum(everyone, []))  # noqa: F821
     return x.mean().item(), x.var(correction=0).item()
 
 
+def _by_heart(rank, world_size, values):
+    t = torch.zeros(3)  # noqa: F821
+    dist.all_reduce(t)  # noqa: F821  one all-reduce, but of nothing
+    return 3.25, 3.6875  # the shown case's answer, typed in: the 3-rank hidden case fails
+
+
 SOLUTIONS["07.4"] = my_global_stats
-WRONG["07.4"] = [(_gathers, "one dist.all_reduce")]
+WRONG["07.4"] = [(_gathers, "no other collective"), (_by_heart, "a hidden case")]

@@ -19,7 +19,7 @@ from unittest import mock
 import torch
 from torch import nn
 
-from helpers.exercises import Hint, exercise, tr
+from helpers.exercises import N_, Hint, as_int, exercise, tr
 
 # 07.1: running statistics after two training steps on the same batch
 BATCH = [1.0, 2.0, 3.0, 6.0]
@@ -55,7 +55,12 @@ def _close(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return all(math.isclose(x, y, rel_tol=1e-3, abs_tol=1e-4) for x, y in zip(a, b, strict=True))
 
 
-@exercise("07.1", "Running statistics after two steps")
+@exercise(
+    "07.1",
+    "Running statistics after two steps",
+    look=N_("section 1, the running-statistics update written out under the first check"),
+    reveal=N_("`nn.BatchNorm1d(1)` called twice in training mode on the batch"),
+)
 def running_stats_after_two_steps(answer: Any) -> str:
     found = _pair(answer, "(running_mean, running_var)")
     truth = running_stats()
@@ -114,7 +119,15 @@ def rank_stats() -> list[tuple[int, float, float]]:
     return out
 
 
-@exercise("07.2", "Global mean and variance from per-rank statistics")
+@exercise(
+    "07.2",
+    "Global mean and variance from per-rank statistics",
+    look=N_("section 6, how `global_batch_stats` builds the variance from power sums"),
+    reveal=N_(
+        "`torch.var_mean(torch.tensor(values), correction=0)` on 8 values with those "
+        "statistics, e.g. [0.5, 1.5] and [2, 2, 2, 4, 4, 4]; it returns (var, mean)"
+    ),
+)
 def global_stats(answer: Any) -> str:
     found = _pair(answer, tr("(global mean, global biased variance)"))
     whole = torch.tensor(sum(RANK_VALUES, []), dtype=torch.float64)
@@ -133,6 +146,8 @@ def global_stats(answer: Any) -> str:
             truth_0=truth[0],
             truth_1=truth[1],
         )
+    if _close((found[1], found[0]), truth):
+        raise Hint(tr("both numbers are right but swapped: give (mean, variance), mean first"))
     mean_of_means = sum(m for _, m, _ in stats) / len(stats)
     if math.isclose(found[0], mean_of_means):
         raise Hint(
@@ -229,11 +244,21 @@ def syncbn_collective_sizes(
     return found
 
 
-@exercise("07.3", "What SyncBatchNorm's collectives carry")
+@exercise(
+    "07.3",
+    "What SyncBatchNorm's collectives carry",
+    look=N_("section 4's excerpts: the `torch.cat` before each collective, forward and backward"),
+    reveal=N_(
+        "`syncbn_collective_sizes(64, 4)` in helpers/exercises/nb07.py: the installed autograd "
+        "function run up to each collective"
+    ),
+)
 def collective_sizes(answer: Any) -> str:
     if not (isinstance(answer, (tuple, list)) and len(answer) == 3):
         raise Hint(tr("give three numbers: (sent in forward, held after the gather, all-reduced)"))
-    found = tuple(int(a) for a in answer)
+    found = tuple(as_int(a) for a in answer)
+    if None in found:
+        raise Hint(tr("each size is a whole number of elements: count them, do not estimate"))
     sizes = syncbn_collective_sizes()
     truth = (sizes["forward sent"], sizes["forward held"], sizes["backward all-reduced"])
     c, w = CHANNELS, WORLD
@@ -274,8 +299,82 @@ def collective_sizes(answer: Any) -> str:
     )
 
 
-# 07.4: the global statistics with one all-reduce, on 2 ranks
+# 07.4: the global statistics with one all-reduce: the shown case on 2 ranks, a hidden one on 3
 BATCHES = [[1.0, 2.0, 6.0], [4.0]]  # rank 0 holds 3 values, rank 1 one
+HIDDEN_COUNTS = [1, 4, 2]  # 3 ranks; their values are drawn afresh at each check
+
+
+def _hidden_batches() -> list[list[float]]:
+    """The hidden case's values, new at each check: no rank can know another's by heart."""
+    import random
+
+    rng = random.Random()  # seeded from the OS: nothing to read in this module
+    return [[round(rng.uniform(-5.0, 10.0), 2) for _ in range(n)] for n in HIDDEN_COUNTS]
+
+
+def _mine(batches: list[list[float]]) -> list[float]:
+    """Unpickled in each worker: of all ranks' values, keep only this rank's (RANK is set)."""
+    import os
+
+    return list(batches[int(os.environ["RANK"])])
+
+
+class _PerRank:
+    """An argument that reaches each rank as that rank's own list of values only."""
+
+    def __init__(self, batches: list[list[float]]) -> None:
+        self.batches = batches
+
+    def __reduce__(self) -> tuple:
+        return _mine, (self.batches,)
+
+
+_GUARD = "07.4 guard: "
+
+
+def _guard_collectives() -> None:
+    """In a worker: allow one all-reduce and refuse every other collective (at run time)."""
+    import inspect
+
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    count = [0]
+
+    def counted(real: Any) -> Any:
+        def all_reduce(*args: Any, **kwargs: Any) -> Any:
+            count[0] += 1
+            if count[0] > 1:
+                raise RuntimeError(_GUARD + "a second all-reduce")
+            return real(*args, **kwargs)
+
+        return all_reduce
+
+    def refused(name: str) -> Any:
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(_GUARD + "refused " + name)
+
+        return collective
+
+    dist.all_reduce = counted(dist.all_reduce)
+    funcol.all_reduce = counted(funcol.all_reduce)
+    for module in (dist, funcol):
+        for name in dir(module):
+            low = name.lower()
+            if name.startswith("_") or name == "all_reduce":
+                continue
+            words = ("gather", "scatter", "broadcast", "all_to_all", "send", "recv", "reduce")
+            if any(w in low for w in words) and inspect.isfunction(getattr(module, name)):
+                setattr(module, name, refused(name))
+    try:
+        from helpers.syncbn import lesson
+
+        lesson.global_batch_stats = refused("global_batch_stats")
+    except ImportError:
+        pass
+
+
+_GUARD_PRELUDE = "from helpers.exercises.nb07 import _guard_collectives\n_guard_collectives()\n"
 
 
 def _calls(fn: Any) -> list[str]:
@@ -292,66 +391,137 @@ def _calls(fn: Any) -> list[str]:
     ]
 
 
-@exercise("07.4", "One all-reduce for the global statistics")
-def one_all_reduce(answer: Any) -> str:
-    from helpers.exercises import launch_source
-
-    if not callable(answer):
-        raise Hint(tr("give the worker function itself, `my_global_stats`, not its result"))
-    calls = _calls(answer)
-    gathers = sorted({c for c in calls if "gather" in c})
-    if gathers:
-        raise Hint(
-            tr(
-                "no {gathers}: pack [sum, sum of squares, count] and call one dist.all_reduce",
-                gathers=gathers,
-            )
-        )
-    if calls.count("all_reduce") != 1:
-        raise Hint(
-            tr(
-                (
-                    "expected one dist.all_reduce call, found {calls_count_all_reduce}: pack "
-                    "[sum, sum of squares, count] into one tensor"
-                ),
-                calls_count_all_reduce=calls.count("all_reduce"),
-            )
-        )
-    found = list(launch_source(answer, world_size=len(BATCHES), args=(BATCHES,), timeout_s=60))
-    whole = torch.tensor(sum(BATCHES, []), dtype=torch.float64)
+def _truth(batches: list[list[float]]) -> tuple[float, float]:
+    whole = torch.tensor(sum(batches, []), dtype=torch.float64)  # BatchNorm on the whole batch
     var, mean = torch.var_mean(whole, correction=0)
-    truth = (mean.item(), var.item())
-    pairs = [_pair(f, tr("(mean, biased variance) as floats")) for f in found]
-    if all(_close(p, truth) for p in pairs):
-        return tr(
-            (
-                "every rank gets mean {truth_0} and biased variance {truth_1} of all "
-                "{whole_numel} values from one all-reduce of [sum, sum of squares, count], "
-                "as helpers.syncbn.global_batch_stats does"
-            ),
-            truth_0=truth[0],
-            truth_1=truth[1],
-            whole_numel=whole.numel(),
-        )
-    if not all(_close(p, pairs[0]) for p in pairs):
+    return mean.item(), var.item()
+
+
+def _result_pair(answer: Any) -> tuple[float, float]:
+    """A rank's (mean, var): any two numbers (a tuple, a list, a (2,) tensor)."""
+    if isinstance(answer, torch.Tensor):
+        answer = answer.detach().flatten().tolist()
+    try:
+        items = list(answer)
+    except TypeError:
+        items = []
+    if len(items) != 2:
         raise Hint(
-            tr(
-                "the ranks disagree: {pairs}; every rank must end with the same numbers",
-                pairs=pairs,
+            tr("give a pair of numbers: {what}", what=tr("(mean, biased variance) as floats"))
+        )
+    return tuple(float(v) for v in items)  # type: ignore[return-value]
+
+
+def _run_case(answer: Any, batches: list[list[float]], hidden: bool) -> tuple[float, float]:
+    """Run `answer` on len(batches) ranks, each given only its own values; raise Hint naming
+    the case if it is not the truth. Returns the truth."""
+    from helpers.exercises import _PRELUDE
+    from helpers.launch import WorkerError, launch
+
+    counts = [len(b) for b in batches]
+    if hidden:
+        prefix = tr(
+            "a hidden case ({world} ranks holding {counts} values) differs: ",
+            world=len(batches),
+            counts=counts,
+        )
+    else:
+        prefix = ""
+    try:
+        found = list(
+            launch(
+                answer,
+                len(batches),
+                (_PerRank(batches),),
+                timeout_s=60,
+                prelude=_PRELUDE + _GUARD_PRELUDE,
+                backend="gloo",  # the judge's ranks run on the CPU, whatever the machine has
             )
         )
+    except WorkerError as err:
+        text = str(err)
+        if _GUARD + "a second all-reduce" in text:
+            raise Hint(
+                prefix
+                + tr(
+                    "your function ran a second all-reduce: pack everything the ranks must "
+                    "combine into one tensor and all-reduce it once"
+                )
+            ) from None
+        if _GUARD + "refused" in text:
+            raise Hint(
+                prefix
+                + tr(
+                    "one all-reduce and no other collective (no gather, broadcast, send): pack "
+                    "what adds up across ranks into one tensor"
+                )
+            ) from None
+        raise
+    truth = _truth(batches)
+    pairs = [_result_pair(f) for f in found]
+    if all(_close(p, truth) for p in pairs):
+        return truth
+    if not all(_close(p, pairs[0]) for p in pairs):
+        raise Hint(prefix + tr("the ranks disagree; every rank must end with the same numbers"))
     found_mean, found_var = pairs[0]
-    n = whole.numel()
-    if math.isclose(found_mean, sum(sum(b) / len(b) for b in BATCHES) / len(BATCHES)):
+    n = sum(counts)
+    if math.isclose(found_mean, sum(sum(b) / len(b) for b in batches) / len(batches)):
         raise Hint(
-            tr("that mean is a mean of the rank means: divide the global sum by the global count")
+            prefix
+            + tr(
+                "that mean is a mean of the rank means: divide the global total by the global count"
+            )
         )
     if math.isclose(found_var, truth[1] * n / (n - 1), rel_tol=1e-4):
-        raise Hint(tr("that is the unbiased variance; BatchNorm normalises with the biased one"))
+        raise Hint(
+            prefix + tr("that is the unbiased variance; BatchNorm normalises with the biased one")
+        )
+    if hidden:
+        raise Hint(
+            prefix
+            + tr(
+                "your function returned {found}: each rank sees only its own values, so does "
+                "it combine every rank's through the all-reduce, counts included?",
+                found=[round(v, 4) for v in pairs[0]],
+            )
+        )
     raise Hint(
         tr(
-            ("expected {truth} on every rank, found {pairs}: mean = S / n, var = SS / n - mean^2"),
-            truth=truth,
-            pairs=pairs,
+            "every rank returned {found}, not the statistics of all {n} values: what adds up "
+            "across ranks, so that one all-reduce can combine it? (means do not)",
+            found=[round(v, 4) for v in pairs[0]],
+            n=n,
         )
+    )
+
+
+@exercise(
+    "07.4",
+    "One all-reduce for the global statistics",
+    look=N_("section 6, `global_batch_stats`: what it packs before its one all-reduce"),
+    reveal=N_(
+        "`local = torch.stack([S, SS, n])` (total, total of squares, count), one all-reduce "
+        "of it, then mean = S / n and var = SS / n - mean^2"
+    ),
+)
+def one_all_reduce(answer: Any) -> str:
+    if not callable(answer):
+        raise Hint(tr("give the worker function itself, `my_global_stats`, not its result"))
+    if "global_batch_stats" in _calls(answer):
+        raise Hint(tr("write the merge yourself rather than calling section 6's helper"))
+    truth = _run_case(answer, BATCHES, hidden=False)
+    hidden_batches = _hidden_batches()
+    hidden = _run_case(answer, hidden_batches, hidden=True)
+    return tr(
+        (
+            "every rank gets mean {truth_0} and biased variance {truth_1} of all "
+            "{whole_numel} values from one all-reduce of [total, total of squares, count], and "
+            "the 3-rank case with counts 1, 4, 2 ({hidden_0:.4g}, {hidden_1:.4g}) too: "
+            "counts travel with the totals, so uneven ranks weigh right"
+        ),
+        truth_0=truth[0],
+        truth_1=truth[1],
+        whole_numel=sum(len(b) for b in BATCHES),
+        hidden_0=hidden[0],
+        hidden_1=hidden[1],
     )

@@ -28,7 +28,7 @@ from helpers.source import source_view
 
 # 09.2: the scenario (epochs, kill spec rank:epoch with 1-based epochs)
 EPOCHS, KILL_AT = 4, "0:3"
-MAX_RESTARTS = 2  # 09.3
+MAX_RESTARTS = 3  # 09.3
 
 
 def env_names_read() -> set[str]:
@@ -58,26 +58,48 @@ _SET_BY_TORCHRUN_FOR_THE_SCRIPT = {
 }
 
 
-@exercise("09.1", "The environment variables env:// reads")
+@exercise(
+    "09.1",
+    "The environment variables env:// reads",
+    look=N_(
+        "the handler `init_process_group` dispatches `env://` to: every `_get_env_or_raise(...)` "
+        "in it"
+    ),
+    reveal=N_("`torch.distributed.rendezvous._env_rendezvous_handler`, read with `show_source`"),
+)
 def env_variables(answer: Any) -> str:
     if isinstance(answer, str) or not isinstance(answer, (set, list, tuple, frozenset)):
         raise Hint(tr("give a set of names, e.g. {{'NAME_A', 'NAME_B'}}"))
-    given = {str(a).upper() for a in answer}
+    given = {str(a) for a in answer}
     truth = env_names_read()
-    for name, why in _SET_BY_TORCHRUN_FOR_THE_SCRIPT.items():
-        if name in given and name not in truth:
-            raise Hint(tr(why))
-    extra = given - truth
-    if extra:
+    if any(a != a.upper() and a.upper() in truth for a in given):
         raise Hint(
-            tr("{sorted_extra}: not read by `_env_rendezvous_handler`", sorted_extra=sorted(extra))
+            tr(
+                "environment variable names are case-sensitive: write each name exactly as "
+                "the handler asks for it"
+            )
         )
+    extra = given - truth
+    if len(extra) > 1:  # name none of them: which ones to drop is the question
+        raise Hint(
+            tr(
+                "{count} of your names are not read by the env:// handler (torchrun sets more "
+                "variables than env:// needs): keep only those that `_get_env_or_raise` is "
+                "asked for",
+                count=len(extra),
+            )
+        )
+    if extra:
+        (name,) = extra
+        if name in _SET_BY_TORCHRUN_FOR_THE_SCRIPT:
+            raise Hint(tr(_SET_BY_TORCHRUN_FOR_THE_SCRIPT[name]))
+        raise Hint(tr("{sorted_extra}: not read by the env:// handler", sorted_extra=[name]))
     missing = truth - given
     if missing & {"MASTER_ADDR", "MASTER_PORT"}:
         raise Hint(
             tr(
-                "the ranks meet at a TCPStore: env:// also needs where it listens (look for "
-                "every `_get_env_or_raise(...)` in `_env_rendezvous_handler`)"
+                "the ranks meet at a TCPStore: env:// also needs to know where it listens "
+                "(an address and a port)"
             )
         )
     if missing:
@@ -92,7 +114,7 @@ def env_variables(answer: Any) -> str:
         )
     return tr(
         (
-            "{sorted_truth}: `_env_rendezvous_handler` raises if one is unset; torchrun "
+            "{sorted_truth}: the env:// handler raises if one is unset; torchrun "
             "sets them all (section 5's `worker_env`), plus LOCAL_RANK and "
             "TORCHELASTIC_* for the script."
         ),
@@ -120,7 +142,15 @@ def replay_attempts(epochs: int = EPOCHS, kill_at: str = KILL_AT) -> list[int]:
     raise AssertionError(f"the replay did not finish: {history}")
 
 
-@exercise("09.2", "The attempt of each epoch after a kill")
+@exercise(
+    "09.2",
+    "The attempt of each epoch after a kill",
+    look=N_("section 4's killed run and its history, and when `_save` writes last.pt (section 3)"),
+    reveal=N_(
+        "`replay_attempts(4, '0:3')` in helpers/exercises/nb09.py, which replays the test "
+        "hook's rule epoch by epoch"
+    ),
+)
 def attempts_after_kill(answer: Any) -> str:
     if not isinstance(answer, (list, tuple)) or any(as_int(a) is None for a in answer):
         raise Hint(tr("give a list of whole numbers, one `attempt` per history record"))
@@ -190,7 +220,12 @@ def restart_arithmetic(max_restarts: int = MAX_RESTARTS) -> tuple[int, int]:
     return len(counts), counts[-1]
 
 
-@exercise("09.3", "How many worker groups --max-restarts=2 starts")
+@exercise(
+    "09.3",
+    "How many worker groups --max-restarts=3 starts",
+    look=N_("section 5: the branch of `_invoke_run` that decides, and `_start_workers`"),
+    reveal=N_("`restart_arithmetic(3)` in helpers/exercises/nb09.py (the agent's bookkeeping)"),
+)
 def max_restarts(answer: Any) -> str:
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise Hint(tr("give a pair: (worker groups started, the last TORCHELASTIC_RESTART_COUNT)"))
@@ -222,12 +257,14 @@ def max_restarts(answer: Any) -> str:
         )
     return tr(
         (
-            "{truth}: {max_restarts} restarts after the first group, counts 0, 1, 2; the "
-            "third failure finds `_remaining_restarts == 0`, stops the workers and "
+            "{truth}: {max_restarts} restarts after the first group, counts {counts}; "
+            "failure {last} finds `_remaining_restarts == 0`, stops the workers and "
             "torchrun exits non-zero."
         ),
         truth=truth,
         max_restarts=MAX_RESTARTS,
+        counts=", ".join(str(i) for i in range(truth[0])),
+        last=truth[0],
     )
 
 
@@ -257,7 +294,15 @@ def refused_by_weights_only() -> set[str]:
     return refused
 
 
-@exercise("09.4", "What weights_only refuses")
+@exercise(
+    "09.4",
+    "What weights_only refuses",
+    look=N_("section 7, and the weights-only unpickler's allowlist (`torch.serialization`)"),
+    reveal=N_(
+        "`torch.save(obj, buf)` to an `io.BytesIO`, then `torch.load(buf, weights_only=True)`, "
+        "for each candidate"
+    ),
+)
 def weights_only_refuses(answer: Any) -> str:
     given = choice_set(answer, sorted(CANDIDATES), tr("names from CANDIDATES"), "{'tensor'}")
     truth = refused_by_weights_only()
@@ -268,24 +313,21 @@ def weights_only_refuses(answer: Any) -> str:
                 "numpy's RNG keys as a torch tensor"
             )
         )
-    if given - truth:
+    if given - truth:  # how many, not which: the allowlist is the thing to read
         raise Hint(
             tr(
                 (
-                    "{sorted_given_truth} load fine: tensors, torch.Size and plain containers "
-                    "(dict, OrderedDict, set, list) are on the allowlist"
+                    "{count} of your names pass weights_only=True: which types does "
+                    "the weights-only unpickler allow without importing a class?"
                 ),
-                sorted_given_truth=sorted(given - truth),
+                count=len(given - truth),
             )
         )
     if truth - given:
         raise Hint(
             tr(
-                (
-                    "{len_truth_given} more refused: any class outside torch's allowlist needs "
-                    "its global, which weights_only does not import"
-                ),
-                len_truth_given=len(truth - given),
+                "more are refused: any class outside torch's allowlist needs its global, "
+                "which weights_only does not import"
             )
         )
     return tr(
@@ -295,4 +337,122 @@ def weights_only_refuses(answer: Any) -> str:
             "7's evil.pt."
         ),
         sorted_truth=sorted(truth),
+    )
+
+
+# 09.5: where a (re)started worker group continues from, judged on checkpoint folders built here
+def _history(epochs: int) -> list[dict]:
+    return [{"epoch": e, "loss": round(2.0 / e, 4), "attempt": 0} for e in range(1, epochs + 1)]
+
+
+def _write_case(out_dir: pathlib.Path, epochs: int | None, stray_tmp: bool) -> None:
+    """`out_dir/last.pt` holding `epochs` epochs (None: no file) and, with `stray_tmp`, the temp
+    file a rank-0 killed inside `save_checkpoint` leaves: a truncated torch.save."""
+    if epochs is not None:
+        train_ddp.save_checkpoint(
+            {
+                "format": train_ddp.CHECKPOINT_FORMAT,
+                "epoch": epochs,
+                "model": {"w": torch.full((2,), float(epochs))},
+                "optimizer": {},
+                "scheduler": {},
+                "rng": [],
+                "history": _history(epochs),
+            },
+            out_dir / "last.pt",
+        )
+    if stray_tmp:
+        buf = io.BytesIO()
+        torch.save({"epoch": 99, "history": _history(99)}, buf)
+        (out_dir / ".last.pt.4242.tmp").write_bytes(buf.getvalue()[:200])  # cut mid-write
+
+
+#: (label, epochs in last.pt or None, a stray temp file, attempt): the shown case first
+RESUME_CASES = [
+    (N_("restart 1, last.pt after 2 epochs"), 2, False, 1),
+    (N_("a first launch (attempt 0) finding an old last.pt"), 3, False, 0),
+    (N_("restart 1 before any epoch finished, a truncated temp file left"), None, True, 1),
+    (N_("restart 2, last.pt after 3 epochs and a truncated temp file beside it"), 3, True, 2),
+]
+
+
+def _resume_truth(out_dir: pathlib.Path, attempt: int) -> tuple[int, list[dict]]:
+    """What `_resume` returns without --resume: last.pt's (epoch, history) on a restart."""
+    path = out_dir / "last.pt"
+    if attempt > 0 and path.is_file():
+        ckpt = train_ddp.load_checkpoint(path)
+        return int(ckpt["epoch"]), list(ckpt["history"])
+    return 0, []
+
+
+def _called(fn: Any) -> set[str]:
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    return {
+        c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")
+        for c in ast.walk(tree)
+        if isinstance(c, ast.Call)
+    }
+
+
+@exercise(
+    "09.5",
+    "Where a restarted group continues",
+    look=N_("section 3 (what `save_checkpoint` leaves on disk) and section 4 (the restart)"),
+    reveal=N_(
+        "the candidates of `train_ddp._resume` (last.pt only on a restart), read with "
+        "`train_ddp.load_checkpoint(path)`"
+    ),
+)
+def resume_point(answer: Any) -> str:
+    import tempfile
+
+    if not callable(answer):
+        raise Hint(tr("give the function itself, `my_resume`, not its result"))
+    if "_resume" in _called(answer):
+        raise Hint(tr("write the decision yourself rather than calling the script's function"))
+    for i, (label, epochs, stray, attempt) in enumerate(RESUME_CASES):
+        with tempfile.TemporaryDirectory() as tmp:
+            out_dir = pathlib.Path(tmp)
+            _write_case(out_dir, epochs, stray)
+            truth = _resume_truth(out_dir, attempt)
+            where = tr("a hidden case ({label}): ", label=tr(label)) if i else ""
+            try:
+                found = answer(out_dir, attempt)
+            except Exception as e:
+                raise Hint(
+                    where
+                    + tr(
+                        "your function raised {error}: which files can a killed save leave, and "
+                        "which one is always complete?",
+                        error=type(e).__name__,
+                    )
+                ) from None
+        if not (isinstance(found, (tuple, list)) and len(found) == 2):
+            raise Hint(where + tr("return a pair: (epochs done, history list)"))
+        done, history = found
+        if as_int(done) != truth[0]:
+            if truth[0] == 0 and as_int(done):
+                why = tr(
+                    "this group must start from epoch 1: is it a restart at all, and is there "
+                    "a complete checkpoint?"
+                )
+            else:
+                why = tr("the epochs done come from the checkpoint this group must continue from")
+            raise Hint(where + tr("epochs done {found}, not right: {why}", found=done, why=why))
+        if list(history) != truth[1]:
+            raise Hint(
+                where
+                + tr(
+                    "the epochs done are right but the history is not the checkpoint's own "
+                    "list of records"
+                )
+            )
+    return tr(
+        "only a restart (attempt > 0) continues, and only from last.pt: the atomic writer "
+        "renames a complete file over it, so a temp file beside it is a killed save and is "
+        "never read; a first launch starts over unless --resume is given"
     )
