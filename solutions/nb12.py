@@ -17,6 +17,7 @@ SOLUTIONS = {"12.1": "board::blend(Tensor a, Tensor b, float alpha) -> Tensor"}
 # grad_output (N, C, in_h * scale, in_w * scale); in_h and in_w are given as ints, so the fake
 # kernel needs no division. A fake kernel computes no data: grad_output.new_empty keeps the
 # dtype and device and, under FakeTensorMode, returns a FakeTensor.
+# The hidden cases have other N, C, H, W, scales (4, 1) and dtypes (float32, bfloat16).
 def upsample_backward_fake(grad_output, in_h, in_w, scale, mode):
     n, c = grad_output.shape[:2]
     return grad_output.new_empty(n, c, in_h, in_w)
@@ -24,16 +25,33 @@ def upsample_backward_fake(grad_output, in_h, in_w, scale, mode):
 
 SOLUTIONS["12.2"] = upsample_backward_fake
 
-# 12.3 The function body's Resize uses coordinate_transformation_mode="align_corners":
-# output pixel d of 9 reads input coordinate d * (3 - 1) / (9 - 1) = d / 4:
-#   d:          0  1     2    3     4  5     6    7     8
-#   coordinate: 0  0.25  0.5  0.75  1  1.25  1.5  1.75  2
-# The board rounds half up: pixels 0 0 1 1 1 1 2 2 2. Only ties (coordinate k + 0.5) depend on
-# the tie rule: d = 2 (0.5) and d = 6 (1.5). round_prefer_floor sends them down, to 0 and 1:
-#   pixels      0 0 0 1 1 1 1 2 2.
-# (PyTorch's nearest, floor(d * 3 / 9), differs from the board only at d = 2: a different
-# question.)
-SOLUTIONS["12.3"] = [2, 6]
+# 12.3 The function body's Resize uses coordinate_transformation_mode="align_corners": output
+# pixel d of 21 reads input coordinate d * (7 - 1) / (21 - 1) = 0.3 * d. Only ties (a
+# coordinate k + 0.5) depend on the tie rule: 0.3 * d = k + 0.5 <=> 3d = 10k + 5 <=> d = 5
+# (1.5) and d = 15 (4.5) for d <= 20. The board rounds half up (pixels 2 and 5),
+# round_prefer_floor down (1 and 4). (3 -> 9, section 1's axis, would give [2, 6]; PyTorch's
+# nearest, floor(d * 7 / 21), differs from the board elsewhere: a different question.)
+SOLUTIONS["12.3"] = [5, 15]
+
+
+def _shown_fake(grad_output, in_h, in_w, scale, mode):
+    """board_op's registered fake kernel, which section 3 names: refused by identity."""
+    from helpers import board_op
+
+    return board_op._upsample_backward_fake(grad_output, in_h, in_w, scale, mode)
+
+
+def _by_heart_fake(grad_output, in_h, in_w, scale, mode):
+    """Passes the shown case only: (N, C) from grad_output, (4, 5) typed in."""
+    n, c = grad_output.shape[:2]
+    return grad_output.new_empty(n, c, 4, 5)
+
+
+def _divided_fake(grad_output, in_h, in_w, scale, mode):
+    """A plausible bug: H and W divided by 3 (the shown scale), not by `scale`."""
+    n, c, h, w = grad_output.shape
+    return grad_output.new_empty(n, c, h // 3, w // 3)
+
 
 WRONG = {
     "12.1": [
@@ -44,6 +62,12 @@ WRONG = {
         ("board::blend(Tensor a, Tensor b, int alpha) -> Tensor", "fractional"),
         ("board::blend(Tensor x, Tensor y, float w) -> Tensor", "name the arguments"),
         ("board::blend(Tensor(a!) a, Tensor b, float alpha) -> Tensor(a!)", "alias"),
+        ("board::blend(Tensor a, Tensor b, float alpha) -> Tensor(a)", "alias"),
+        ("board::blend.Tensor(Tensor a, Tensor b, float alpha) -> Tensor", "overload"),
+        ("board:blend(Tensor a, Tensor b, float alpha) -> Tensor", "two colons"),
+        ("board::blend(Tensor a, Tensor b, float alpha=0.5) -> Tensor", "default value"),
+        ("board::blend(Tensor a, Tensor b, *, float alpha) -> Tensor", "keyword-only"),
+        ("board::blend(Tensor a, Tensor b, float alpha) -> Tensor out", "named return"),
     ],
     "12.2": [
         (lambda g, in_h, in_w, scale, mode: g.new_empty(g.shape), "grad_output's shape"),
@@ -52,11 +76,29 @@ WRONG = {
             lambda g, in_h, in_w, scale, mode: torch.empty(g.shape[0], g.shape[1], in_h, in_w),
             "dtype",
         ),
+        (lambda g, in_h, in_w, scale, mode: g[:, :, :in_h, :in_w], "storage"),
+        (
+            lambda g, in_h, in_w, scale, mode: g.resize_(g.shape[0], g.shape[1], in_h, in_w),
+            "modifies grad_output",
+        ),
+        (
+            lambda g, in_h, in_w, scale, mode: torch.empty(
+                g.shape[0], g.shape[1], in_h, in_w, dtype=g.dtype, device="meta"
+            ),
+            "device",
+        ),
+        (_shown_fake, "board_op's own"),
+        (_by_heart_fake, "a hidden case"),
+        (_divided_fake, "a hidden case"),
     ],
     "12.3": [
-        ([2], "differs from PyTorch"),
         ([], "halfway"),
-        ([2, 6, 10], "0 to 8"),
-        ([6], "only ties"),
+        ([2, 6], "another size"),
+        ([5, 15, 25], "0 to 20"),
+        ([5], "only ties"),
+        ([5.0, 10, 15], "only ties"),
+        ([5.7, 15.2], "whole numbers"),
+        ([1.5, 4.5], "input coordinates"),
+        ([5, 5, 15], "repeats"),
     ],
 }

@@ -9,14 +9,17 @@ them needs the C++ build. CPU only.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
+import sys
 from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._python_dispatch
 
-from helpers.exercises import Hint, exercise, tr
+from helpers.exercises import N_, Hint, as_int, exercise, tr
 
 #: What exercise 12.1's schema must declare: (name, type) of each argument, and the returns.
 BLEND_ARGS = [("a", "Tensor"), ("b", "Tensor"), ("alpha", "float")]
@@ -38,7 +41,15 @@ def _define(schema_without_namespace: str) -> str:
     return ""
 
 
-@exercise("12.1", "the schema string of a new operator")
+@exercise(
+    "12.1",
+    "the schema string of a new operator",
+    look=N_(
+        "section 2: the `m.def(...)` lines of the C++ source and the schema printed for "
+        "torch.ops.board.upsample (namespace, argument types before names, return type)"
+    ),
+    reveal=N_("`torch._C.parse_schema(schema)`, then defining it with torch.library"),
+)
 def blend_schema(answer: Any) -> str:
     """`answer` is the full schema string of board::blend(a, b, alpha) -> Tensor."""
     if not isinstance(answer, str):
@@ -48,6 +59,10 @@ def blend_schema(answer: Any) -> str:
     try:
         schema = torch._C.parse_schema(answer)
     except RuntimeError as err:
+        if re.match(r"\s*\w+:(?!:)\w", answer):
+            raise Hint(
+                tr("the namespace separator is two colons, `board::blend`, as in section 2")
+            ) from None
         if re.search(r"\w+\s*:\s*\w+", answer):
             raise Hint(
                 tr(
@@ -59,7 +74,7 @@ def blend_schema(answer: Any) -> str:
             raise Hint(tr("a schema ends with the return type: `... -> Tensor`")) from None
         raise Hint(
             tr(
-                "torch._C.parse_schema refused it: {str_err_splitlines_0}",
+                "torch's schema parser refused it: {str_err_splitlines_0}",
                 str_err_splitlines_0=str(err).splitlines()[0],
             )
         ) from None
@@ -98,7 +113,21 @@ def blend_schema(answer: Any) -> str:
         raise Hint(tr("torch.library refused to define it: {refusal}", refusal=refusal))
     args = [(a.name, str(a.type)) for a in schema.arguments]
     returns = [str(r.type) for r in schema.returns]
-    if any(a.alias_info is not None for a in schema.arguments):
+    if schema.overload_name:
+        raise Hint(
+            tr(
+                (
+                    "`{schema_name}.{schema_overload_name}` declares the overload "
+                    "{schema_overload_name!r}; the op asked for has only the default one "
+                    "(`torch.ops.board.blend.default`), whose schema has no overload name"
+                ),
+                schema_name=schema.name,
+                schema_overload_name=schema.overload_name,
+            )
+        )
+    if any(r.alias_info is not None for r in schema.returns) or any(
+        a.alias_info is not None for a in schema.arguments
+    ):
         raise Hint(
             tr(
                 "drop the alias annotations (`(a!)`, `(a)`): blend reads its inputs and "
@@ -106,7 +135,7 @@ def blend_schema(answer: Any) -> str:
             )
         )
     if [t for _, t in args] != [t for _, t in BLEND_ARGS]:
-        types = [t for _, t in args]
+        types = [_schema_type(t) for _, t in args]
         if len(types) == 3 and types[2] == "int":
             raise Hint(tr("alpha is a fractional weight: `int` would take only whole numbers"))
         raise Hint(
@@ -123,11 +152,32 @@ def blend_schema(answer: Any) -> str:
                 n_for_n___in_args=[n for n, _ in args],
             )
         )
+    if any(a.kwarg_only for a in schema.arguments):
+        raise Hint(
+            tr(
+                "`*` makes the arguments after it keyword-only, so torch.ops.board.blend(a, b, "
+                "0.5) would no longer bind; the op takes all three positionally"
+            )
+        )
+    if any(a.default_value is not None for a in schema.arguments):
+        raise Hint(
+            tr(
+                "the op as described has no default value (`=...`): the schema torch prints "
+                "would show it, and a caller could then leave alpha out"
+            )
+        )
     if returns != BLEND_RETURNS:
         raise Hint(
             tr(
                 "blend returns one tensor: `-> Tensor` (you declared {returns_or_none})",
                 returns_or_none=returns or "none",
+            )
+        )
+    if any(r.name for r in schema.returns):
+        raise Hint(
+            tr(
+                "a named return (`-> Tensor out`) prints differently; section 2's schema "
+                "returns an unnamed `Tensor`"
             )
         )
     return tr(
@@ -139,13 +189,64 @@ def blend_schema(answer: Any) -> str:
     )
 
 
+def _schema_type(printed: str) -> str:
+    """A schema type as the schema string spells it (torch prints Scalar as `number`)."""
+    return {"number": "Scalar"}.get(printed, printed)
+
+
+@contextlib.contextmanager
+def _watching(code):
+    """Yields a list that gets an entry when a function with `code` is called (sys.setprofile)."""
+    called: list[bool] = []
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            called.append(True)
+
+    sys.setprofile(profile)
+    try:
+        yield called
+    finally:
+        sys.setprofile(previous)
+
+
+class _NoBoardOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """Refuses every board:: op: the fake kernel must not call the op whose fake it is."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "board":
+            raise Hint(
+                tr(
+                    "your function calls {op}; a fake kernel describes the op's output itself, "
+                    "it does not call the op",
+                    op=str(func),
+                )
+            )
+        return func(*args, **(kwargs or {}))
+
+
+#: 12.2's cases: (input shape, dtype, scale, mode); the first is the one the prompt shows.
 _FAKE_CASES = (
     ((2, 3, 4, 5), torch.float64, 3, "nearest"),
     ((1, 2, 6, 7), torch.float32, 2, "bilinear"),
+    ((3, 1, 1, 9), torch.float32, 4, "nearest"),
+    ((1, 4, 5, 2), torch.bfloat16, 1, "bilinear"),
 )
 
 
-@exercise("12.2", "a fake kernel for board::upsample_backward")
+@exercise(
+    "12.2",
+    "a fake kernel for board::upsample_backward",
+    look=N_(
+        "section 2 (the schema of upsample_backward: which sizes it is given) and section 3 "
+        "(`_backward`, which calls it with the forward input's H and W; `_upsample_fake`)"
+    ),
+    reveal=N_(
+        "`board_op.reference_upsample(x, scale, mode)` is the forward for an input x, shaped "
+        "like grad_output; the gradient has x's shape and grad_output's dtype"
+    ),
+)
 def upsample_backward_fake(answer: Any) -> str:
     """`answer(grad_output, in_h, in_w, scale, mode)` on FakeTensors: the input gradient's shape.
 
@@ -155,20 +256,66 @@ def upsample_backward_fake(answer: Any) -> str:
     """
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
+    from helpers import board_op
     from helpers.board_op import reference_upsample
 
     if not callable(answer):
         raise Hint(
             tr("give a function upsample_backward_fake(grad_output, in_h, in_w, scale, mode)")
         )
-    for shape, dtype, scale, mode in _FAKE_CASES:
+    shown = board_op._upsample_backward_fake.__code__
+    for i, (shape, dtype, scale, mode) in enumerate(_FAKE_CASES):
         out_shape = reference_upsample(np.zeros(shape, dtype=np.float32), scale, mode).shape
         n, c, in_h, in_w = shape
+        case = tr(
+            "grad_output {grad_shape} {dtype}, in_h={in_h}, in_w={in_w}, scale={scale}, "
+            "mode={mode!r}",
+            grad_shape=tuple(out_shape),
+            dtype=str(dtype).removeprefix("torch."),
+            in_h=in_h,
+            in_w=in_w,
+            scale=scale,
+            mode=mode,
+        )
         with FakeTensorMode():
-            out = answer(torch.empty(out_shape, dtype=dtype), in_h, in_w, scale, mode)
+            grad = torch.empty(out_shape, dtype=dtype)
+            before = (tuple(grad.shape), grad.stride(), grad._version)
+            with _NoBoardOps(), _watching(shown) as called:
+                out = answer(grad, in_h, in_w, scale, mode)
+        if called:
+            raise Hint(
+                tr(
+                    "that is board_op's own fake kernel, the one build() registers: write the "
+                    "function yourself from the schema and `_backward`"
+                )
+            )
         if not isinstance(out, torch.Tensor):
             raise Hint(
                 tr("return a tensor (got {type_out___name})", type_out___name=type(out).__name__)
+            )
+        if (tuple(grad.shape), grad.stride(), grad._version) != before:
+            raise Hint(
+                tr(
+                    "your function modifies grad_output (its shape, strides or version "
+                    "changed): a fake kernel only describes a new output, it never writes "
+                    "into its inputs"
+                )
+            )
+        if torch._C._is_alias_of(out, grad):
+            raise Hint(
+                tr(
+                    "your result shares grad_output's storage (a view of it); the schema "
+                    "declares a new tensor (no alias annotation), so opcheck would refuse it"
+                )
+            )
+        if out.device != grad.device:
+            raise Hint(
+                tr(
+                    "your result is on {out_device}, grad_output on {device}: a fake kernel "
+                    "keeps the device of the tensor it is given",
+                    out_device=out.device,
+                    device=grad.device,
+                )
             )
         got = tuple(out.shape)
         if got != shape:
@@ -181,16 +328,21 @@ def upsample_backward_fake(answer: Any) -> str:
                 )
             if got == (in_h, in_w):
                 raise Hint(tr("keep N and C: the gradient is 4-D like the forward's input"))
+            if i:
+                wrong = [d for d in range(min(len(got), 4)) if got[d] != shape[d]]
+                raise Hint(
+                    tr(
+                        "a hidden case ({case}): your shape {got} differs in dimension(s) "
+                        "{wrong}; take every size from the arguments, none by heart",
+                        case=case,
+                        got=got,
+                        wrong=wrong or list(range(len(got))),
+                    )
+                )
             raise Hint(
                 tr(
-                    (
-                        "for grad_output {tuple_out_shape}, in_h={in_h}, in_w={in_w}: expected "
-                        "shape {shape}, got {got}"
-                    ),
-                    tuple_out_shape=tuple(out_shape),
-                    in_h=in_h,
-                    in_w=in_w,
-                    shape=shape,
+                    "for {case}: your shape is {got}; which sizes does the forward's input have?",
+                    case=case,
                     got=got,
                 )
             )
@@ -215,14 +367,18 @@ def upsample_backward_fake(answer: Any) -> str:
     )
 
 
+#: 12.3's axis: N_IN input pixels upsampled by SCALE (section 6's function body, another size).
+N_IN, SCALE = 7, 3
+
+
 def _resize_columns(nearest_mode: str) -> list[int]:
-    """Which input column each of 9 output columns reads: Resize of a 3-wide ramp, in ORT."""
+    """Which input column each output column reads: Resize of an N_IN-wide ramp, in ORT."""
     from helpers.onnx_custom import resize_in_ort
 
-    ramp = torch.arange(3.0).repeat(3, 1).reshape(1, 1, 3, 3)  # every row is [0, 1, 2]
+    ramp = torch.arange(float(N_IN)).repeat(N_IN, 1).reshape(1, 1, N_IN, N_IN)  # rows 0..N_IN-1
     out = resize_in_ort(
         ramp,
-        9,
+        N_IN * SCALE,
         mode="nearest",
         coordinate_transformation_mode="align_corners",
         nearest_mode=nearest_mode,
@@ -230,20 +386,46 @@ def _resize_columns(nearest_mode: str) -> list[int]:
     return [int(v) for v in out[0, 0, 0]]
 
 
-@exercise("12.3", "which pixels move with round_prefer_floor")
+@exercise(
+    "12.3",
+    "which pixels move with round_prefer_floor",
+    look=N_(
+        "section 1 (the board's rule: output pixel d reads input coordinate "
+        "d * (in - 1) / (out - 1), rounded half up) and the nearest_mode attribute of Resize"
+    ),
+    reveal=N_(
+        "`resize_in_ort(ramp, 21, mode='nearest', coordinate_transformation_mode="
+        "'align_corners', nearest_mode=...)` on a 7x7 ramp against "
+        "`board_op.interpolation_matrix(7, 21, 'nearest').argmax(axis=1)`"
+    ),
+)
 def moved_pixels(answer: Any) -> str:
-    """`answer` lists the output pixels (3 -> 9) that change if the body rounds half down."""
+    """`answer` lists the output pixels (7 -> 21) that change if the body rounds half down."""
     from helpers.board_op import interpolation_matrix
 
+    n_out = N_IN * SCALE
     if isinstance(answer, (int, str)) or not isinstance(answer, (list, tuple, set)):
         raise Hint(tr("give a list of output pixel indices, e.g. [0, 8]"))
-    chosen = sorted(int(d) for d in answer)
-    board = interpolation_matrix(3, 9, "nearest").argmax(axis=1).tolist()
+    ints = [as_int(d) for d in answer]
+    if all(isinstance(d, float) for d in answer) and sorted(answer) == [1.5, 4.5]:
+        raise Hint(
+            tr(
+                "1.5 and 4.5 are input coordinates; the question asks for the output pixels d "
+                "whose coordinate they are"
+            )
+        )
+    if any(d is None for d in ints):
+        raise Hint(tr("pixel indices are whole numbers; give a list of ints"))
+    if len(set(ints)) != len(ints):
+        raise Hint(tr("each pixel once: your list repeats an index"))
+    chosen = sorted(ints)
+    board = interpolation_matrix(N_IN, n_out, "nearest").argmax(axis=1).tolist()
     ceil, floor = _resize_columns("round_prefer_ceil"), _resize_columns("round_prefer_floor")
     assert ceil == board, f"the function body's Resize should equal the board: {ceil} vs {board}"
-    truth = [d for d in range(9) if floor[d] != board[d]]
+    truth = [d for d in range(n_out) if floor[d] != board[d]]
+    step = f"{N_IN - 1} / {n_out - 1}"
     if chosen == truth:
-        coords = ", ".join(f"{d} * 2 / 8 = {d / 4:g}" for d in truth)
+        coords = ", ".join(f"{d} * {step} = {d * (N_IN - 1) / (n_out - 1):g}" for d in truth)
         return tr(
             (
                 "output pixels {truth} sit exactly halfway between two input pixels "
@@ -255,26 +437,36 @@ def moved_pixels(answer: Any) -> str:
             board=board,
             floor=floor,
         )
-    torch_nearest = [d * 3 // 9 for d in range(9)]
-    if chosen == [d for d in range(9) if torch_nearest[d] != board[d]]:
+    if any(not 0 <= d < n_out for d in chosen):
+        raise Hint(tr("output pixels are numbered 0 to {last}", last=n_out - 1))
+    torch_nearest = [d * N_IN // n_out for d in range(n_out)]
+    if chosen == [d for d in range(n_out) if torch_nearest[d] != board[d]]:
         raise Hint(
             tr(
                 "that is where the board differs from PyTorch's nearest (section 1); compare "
                 "the board with a Resize that rounds ties down instead"
             )
         )
+    if chosen == [d for d in range(n_out) if d % 2 == 1] or chosen == [2, 6]:
+        raise Hint(
+            tr(
+                "that is a pattern from another size; here the coordinate is d * {step}: "
+                "for which d is it exactly k + 0.5?",
+                step=step,
+            )
+        )
     if not chosen:
         raise Hint(
             tr(
-                "some pixels do move: look for output pixels d whose coordinate d * (3 - 1) "
-                "/ (9 - 1) lies exactly halfway between two input pixels"
+                "some pixels do move: look for output pixels d whose coordinate d * {step} "
+                "lies exactly halfway between two input pixels",
+                step=step,
             )
         )
-    if any(not 0 <= d < 9 for d in chosen):
-        raise Hint(tr("output pixels are numbered 0 to 8"))
     raise Hint(
         tr(
-            "only ties change: the output pixels whose coordinate d * 2 / 8 ends in .5; "
-            "list each of them, numbered from 0"
+            "only ties change: the output pixels whose coordinate d * {step} ends in .5; "
+            "list each of them, numbered from 0",
+            step=step,
         )
     )
