@@ -1,35 +1,69 @@
 """Judges for notebook 13 (ZeRO from scratch and FSDP2): bytes, shards and hooks.
 
-The truths come from `helpers.sharded` (`memory_formula`, `padded_numel`, `make_model`,
-`ZeroAdamW`'s source) and from FSDP2's own chunking (`_chunk_with_empty`,
-`_get_dim_chunked_size` in torch/distributed/fsdp/_fully_shard/_fsdp_common.py). No judge
-launches processes.
+The truths come from `helpers.sharded` (`memory_formula`, `padded_numel`, `make_model`), from
+FSDP2's own chunking (`_chunk_with_empty`, `_get_dim_chunked_size` in
+torch/distributed/fsdp/_fully_shard/_fsdp_common.py), on which the reader's `shard_shape` runs
+in-process on the shown case and hidden ones, and from autograd itself (two hooks on a leaf,
+recorded over two backward passes). No judge launches processes.
+
+Numbers may come as Python, numpy or 0-d torch scalars (`_num`).
 """
 
 from __future__ import annotations
 
-import re
+import ast
+import contextlib
+import inspect
+import math
+import numbers
+import sys
+import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from helpers import sharded
-from helpers.exercises import Hint, exercise, tr
-from helpers.source import source_view
+from helpers.exercises import N_, Hint, as_int, exercise, tr
 
 SCHEMES = ("ddp", "zero1", "zero2", "fsdp2")
 BIG_NUMEL, BIG_RANKS = 7_000_000_000, 8  # 13.1
-SHARD_SHAPE, SHARD_RANKS = (6, 30), 4  # 13.2: the last Linear's weight
-GRAD_RANKS = 8  # 13.4
+SHOWN_SHAPE, SHOWN_RANKS = (6, 30), 4  # 13.2: the last Linear's weight, the prompt's case
+#: 13.2's hidden cases: uneven dim 0, world size 3, dim 0 smaller than the world size (empty
+#: shards), 1-D and 3-D parameters
+HIDDEN_SHAPES = [((13, 3), 4), ((7, 5), 3), ((10, 2), 3), ((2, 4), 4), ((5,), 4), ((9, 3, 2), 4),
+                 ((1,), 3)]  # fmt: skip
+GRAD_RANKS = 16  # 13.4 (at 4 and 8 ranks the FSDP2 figure scales from section 4's printed one)
+
+
+def _num(value: Any) -> float | None:
+    """`value` as a float when it is a real number (int, float, a numpy or 0-d torch scalar)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.dim() != 0 or value.dtype == torch.bool:
+            return None
+        value = value.item()
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return None
+
+
+def _int(value: Any) -> int | None:
+    """`value` as an int when it is a whole number (a 0-d torch integer tensor too)."""
+    f = _num(value)
+    return None if f is None else as_int(f)
 
 
 def _close(a: Any, b: float) -> bool:
-    return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 1e-6 * b
+    a = _num(a)
+    return a is not None and abs(a - b) <= 1e-6 * b
 
 
 def _close_enough(a: Any, b: float) -> bool:
     """Within 1% (a figure rounded to a GB or two decimals of one)."""
-    return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 0.01 * b
+    a = _num(a)
+    return a is not None and abs(a - b) <= 0.01 * b
 
 
 def bytes_per_rank(numel: int = BIG_NUMEL, world_size: int = BIG_RANKS) -> dict[str, float]:
@@ -41,7 +75,15 @@ def bytes_per_rank(numel: int = BIG_NUMEL, world_size: int = BIG_RANKS) -> dict[
     }
 
 
-@exercise("13.1", "Bytes per rank for a 7-billion-parameter model on 8 ranks")
+@exercise(
+    "13.1",
+    "Bytes per rank for a 7-billion-parameter model on 8 ranks",
+    look=N_(
+        "section 1: the bytes per element of weight, gradient and AdamW state, and which of "
+        "them each scheme divides by N"
+    ),
+    reveal=N_("`sharded.memory_formula(7e9, 7e9, 8, scheme)`, its three entries summed"),
+)
 def big_model_bytes(answer: Any) -> str:
     if not isinstance(answer, dict) or set(answer) != set(SCHEMES):
         raise Hint(
@@ -62,7 +104,7 @@ def big_model_bytes(answer: Any) -> str:
                     tr(
                         "answer in bytes, not GB: {s} = {a} {unit} is {a} x {text} bytes",
                         s=s,
-                        a=a,
+                        a=_num(a),
                         unit=unit,
                         text=text,
                     )
@@ -71,12 +113,19 @@ def big_model_bytes(answer: Any) -> str:
             raise Hint(tr("DDP does not shard: every rank holds all 16 bytes per parameter"))
         if s == "fsdp2" and _close(a, 16 * p):
             raise Hint(tr("FSDP2 shards parameters, gradients and optimizer state: all of it / N"))
+        if s == "fsdp2" and _close(a, 20 * p / n):
+            raise Hint(
+                tr(
+                    "FSDP2 runs torch's AdamW on the local shards: 8 bytes per element, no "
+                    "extra fp32 copy"
+                )
+            )
         if s in ("zero1", "zero2") and _close(a, truth[s] - 4 * p / n):
             raise Hint(
                 tr(
                     (
-                        "{s}: ZeRO's optimizer keeps 12 bytes per owned element (its fp32 copy of "
-                        "the shard plus exp_avg and exp_avg_sq), not 8: read `memory_formula`"
+                        "{s}: ZeroAdamW keeps 12 bytes per owned element (its fp32 copy of the "
+                        "shard plus exp_avg and exp_avg_sq), not 8"
                     ),
                     s=s,
                 )
@@ -86,7 +135,13 @@ def big_model_bytes(answer: Any) -> str:
         if s == "zero2" and _close(a, truth["zero1"]):
             raise Hint(tr("zero2 shards the gradients too: 4 bytes x padded / N"))
         raise Hint(
-            tr("{s} is off: add params, grads and optimizer of `memory_formula(..., {s!r})`", s=s)
+            tr(
+                (
+                    "{s} is off: per element, which of weight (4 B), gradient (4 B) and optimizer "
+                    "state does {s} keep whole, and which 1/N of?"
+                ),
+                s=s,
+            )
         )
     gb = {s: f"{v / 1e9:.1f}" for s, v in truth.items()}
     fits = [s for s in SCHEMES if truth[s] <= 80e9]
@@ -101,7 +156,7 @@ def big_model_bytes(answer: Any) -> str:
     )
 
 
-def fsdp2_local_shapes(shape: tuple[int, ...] = SHARD_SHAPE, n: int = SHARD_RANKS) -> list:
+def fsdp2_local_shapes(shape: tuple[int, ...] = SHOWN_SHAPE, n: int = SHOWN_RANKS) -> list:
     """Each rank's local (unpadded) shard shape, computed with FSDP2's own chunking."""
     from torch.distributed.fsdp._fully_shard import _fsdp_common  # a slow import: only here
 
@@ -110,142 +165,465 @@ def fsdp2_local_shapes(shape: tuple[int, ...] = SHARD_SHAPE, n: int = SHARD_RANK
     return [tuple(_fsdp_common._get_dim_chunked_size(c, full.size(), dim=0)) for c in chunks]
 
 
-@exercise("13.2", "FSDP2's shard shapes for the last layer on 4 ranks")
-def shard_shapes(answer: Any) -> str:
-    if not isinstance(answer, (list, tuple)) or not all(
-        isinstance(s, (tuple, list)) for s in answer
-    ):
-        raise Hint(tr("give a list of shapes, one tuple per rank, e.g. [(r0, c0), (r1, c1), ...]"))
-    shapes = [tuple(s) for s in answer]
-    truth = fsdp2_local_shapes()
-    rows, cols = SHARD_SHAPE
-    if len(shapes) != SHARD_RANKS:
+#: Names whose call does the job for the reader (FSDP2's and DTensor's own shape code); a
+#: first check by name, before `_watching` catches the same functions (and aliases) at run time.
+_LIBRARY = {
+    "_chunk_with_empty",
+    "_get_dim_chunked_size",
+    "compute_local_shape_and_global_offset",
+    "compute_local_shape",
+    "local_shard_size_and_offset",
+    "_local_shard_size_and_offset",
+    "_split_tensor",
+    "fully_shard",
+    "distribute_tensor",
+}
+
+
+def _params(fn: Any) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _takes(fn: Any, args: tuple) -> bool:
+    """Whether `fn(*args)` binds (extra defaulted parameters, *args and partials are fine)."""
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        return True
+    return True
+
+
+def _called_names(fn: Any) -> set[str]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+    return names
+
+
+def _shape(value: Any) -> tuple | None:
+    if isinstance(value, torch.Size):
+        return tuple(value)
+    if isinstance(value, (tuple, list)) and all(_int(v) is not None for v in value):
+        return tuple(_int(v) for v in value)
+    return None
+
+
+def _library_code() -> tuple[set, set]:
+    """The code objects (and builtins) of FSDP2's and DTensor's shape code, for `_watching`."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp._fully_shard import _fsdp_common
+    from torch.distributed.tensor import _utils, distribute_tensor, placement_types
+
+    fns = [
+        _fsdp_common._chunk_with_empty,
+        _fsdp_common._get_dim_chunked_size,
+        _utils.compute_local_shape_and_global_offset,
+        fully_shard,
+        distribute_tensor,
+    ]
+    for cls in vars(placement_types).values():
+        if isinstance(cls, type):
+            for name in ("local_shard_size_and_offset", "_local_shard_size_and_offset",
+                         "_split_tensor", "_custom_chunk"):  # fmt: skip
+                if name in vars(cls):
+                    fns.append(getattr(cls, name))
+    codes, builtins = set(), set()
+    for fn in fns:
+        fn = inspect.unwrap(getattr(fn, "__func__", fn))
+        if hasattr(fn, "__code__"):
+            codes.add(fn.__code__)
+        else:
+            builtins.add(id(fn))
+    return codes, builtins
+
+
+@contextlib.contextmanager
+def _watching(codes: set, builtins: set) -> Iterator[list]:
+    """Record, while the block runs, every call of one of `codes` (or `builtins`).
+
+    Run-time, so that an alias (`f = _fsdp_common._chunk_with_empty`) or a helper defined
+    elsewhere is seen as well as a call by name.
+    """
+    hits: list = []
+    old = sys.getprofile()
+
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in codes:
+            hits.append(frame.f_code.co_name)
+        elif event == "c_call" and id(arg) in builtins:
+            hits.append(getattr(arg, "__name__", "?"))
+
+    sys.setprofile(prof)
+    try:
+        yield hits
+    finally:
+        sys.setprofile(old)
+
+
+@exercise(
+    "13.2",
+    "FSDP2's shard shape, written by you",
+    look=N_(
+        "section 4: FSDP2 cuts dim 0 into chunks of ceil(rows / N), and section 6's 8, 8, 8, 6 "
+        "rows of the (30, 10) weight on 4 ranks"
+    ),
+    reveal=N_(
+        "`_fsdp_common._chunk_with_empty(full, world_size, dim=0)` and "
+        "`_fsdp_common._get_dim_chunked_size(chunk, shape, dim=0)` (torch/distributed/fsdp/"
+        "_fully_shard/_fsdp_common.py)"
+    ),
+)
+def shard_shape_code(answer: Any) -> str:
+    if not callable(answer):
         raise Hint(
             tr(
-                (
-                    "one shape per rank ({shard_ranks}): a rank whose chunk is empty still gets "
-                    "a shard, with 0 rows (`_chunk_with_empty`)"
-                ),
-                shard_ranks=SHARD_RANKS,
+                "give a function shard_shape(global_shape, world_size, rank), found {answer!r}",
+                answer=answer,
             )
         )
-    if shapes == truth:
+    if not _takes(answer, (SHOWN_SHAPE, SHOWN_RANKS, 0)):
+        raise Hint(
+            tr(
+                "the function takes (global_shape, world_size, rank); yours takes {params}",
+                params=_params(answer),
+            )
+        )
+    refusal = tr(
+        "do not call FSDP2's or DTensor's own shape code: compute the rows yourself "
+        "from global_shape[0] and world_size"
+    )
+    if _called_names(answer) & _LIBRARY:
+        raise Hint(refusal)
+    cases = [(SHOWN_SHAPE, SHOWN_RANKS), *HIDDEN_SHAPES]
+    truths = [fsdp2_local_shapes(shape, n) for shape, n in cases]
+    codes, builtins = _library_code()
+    for i, ((shape, n), truth) in enumerate(zip(cases, truths, strict=True)):
+        where = (
+            tr("the prompt's case")
+            if i == 0
+            else tr("a hidden case, global_shape={shape}, world_size={n}", shape=shape, n=n)
+        )
+        with _watching(codes, builtins) as hits:
+            try:
+                found = [answer(shape, n, r) for r in range(n)]
+            except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
+                raise Hint(
+                    tr(
+                        "{where}: your code raised {error}",
+                        where=where,
+                        error=f"{type(e).__name__}: {e}",
+                    )
+                ) from None
+        if hits:
+            raise Hint(refusal)
+        got = [_shape(f) for f in found]
+        if any(g is None for g in got):
+            bad = next(f for f, g in zip(found, got, strict=True) if g is None)
+            raise Hint(tr("return the shape as a tuple of ints, found {bad!r}", bad=bad))
+        if got == truth:
+            continue
+        wrong = [r for r in range(n) if got[r] != truth[r]]
+        if any(g[1:] != tuple(shape[1:]) for g in got):
+            raise Hint(
+                tr(
+                    "{where}: Shard(dim=0) cuts rows only; every shard keeps the other dims {rest}",
+                    where=where,
+                    rest=tuple(shape[1:]),
+                )
+            )
+        if any(g[0] < 0 for g in got):
+            raise Hint(
+                tr(
+                    (
+                        "{where}: rank {rank} got {rows} rows; once the rows run out, a rank's "
+                        "shard is empty, it cannot go below zero"
+                    ),
+                    where=where,
+                    rank=wrong[0],
+                    rows=got[wrong[0]][0],
+                )
+            )
+        if sum(g[0] for g in got) < shape[0]:
+            raise Hint(
+                tr(
+                    (
+                        "{where}: your shards hold {total} rows between them, the parameter has "
+                        "{rows}; the shards must cover every row, in chunks of ceil(rows / N)"
+                    ),
+                    where=where,
+                    total=sum(g[0] for g in got),
+                    rows=shape[0],
+                )
+            )
+        if sum(g[0] for g in got) > shape[0]:
+            raise Hint(
+                tr(
+                    (
+                        "{where}: your shards hold {total} rows between them, the parameter has "
+                        "{rows}; a local shard is unpadded"
+                    ),
+                    where=where,
+                    total=sum(g[0] for g in got),
+                    rows=shape[0],
+                )
+            )
+        even = [t.shape[0] for t in torch.empty(shape[0]).tensor_split(n)]
+        if [g[0] for g in got] == even:
+            raise Hint(
+                tr(
+                    (
+                        "{where}: that is an even split, as torch.tensor_split makes; FSDP2 "
+                        "gives each rank ceil(rows / N) rows until the rows run out"
+                    ),
+                    where=where,
+                )
+            )
+        raise Hint(
+            tr(
+                "{where}: rank {rank}'s shape differs (yours {got}); which rows does it own?",
+                where=where,
+                rank=wrong[0],
+                got=got[wrong[0]],
+            )
+        )
+    shown = fsdp2_local_shapes()
+    return tr(
+        (
+            "{shown} for {shape} on {n} ranks, and the {hidden} hidden cases too (uneven rows, "
+            "world size 3, dim 0 smaller than N, 1-D and 3-D): torch.chunk makes chunks of "
+            "ceil(rows / N), which may be fewer than N, and FSDP2 gives the remaining ranks "
+            "empty shards, padded to the first chunk's size for the all-gather."
+        ),
+        shown=shown,
+        shape=SHOWN_SHAPE,
+        n=SHOWN_RANKS,
+        hidden=len(HIDDEN_SHAPES),
+    )
+
+
+#: 13.3: the two hooks, by the names the answer uses
+HOOK_KEYS = (("hook", 1), ("post", 1), ("hook", 2), ("post", 2))
+
+
+def hook_timeline() -> dict[tuple[str, int], float | None]:
+    """What `w.grad` holds when each hook runs, over two backward passes without zero_grad.
+
+    A leaf `w` (a scalar, 0.0) with `w.register_hook` ("hook") and
+    `w.register_post_accumulate_grad_hook` ("post"); backward k computes `(k * w).sum()`, so its
+    gradient is k: 1 the first time, 2 the second.
+    """
+    w = torch.zeros((), requires_grad=True)
+    seen: dict[tuple[str, int], float | None] = {}
+    k = 0
+
+    def grad_now() -> float | None:
+        return None if w.grad is None else float(w.grad)
+
+    def hook(grad: torch.Tensor) -> None:
+        seen[("hook", k)] = grad_now()
+
+    def post(param: torch.Tensor) -> None:
+        seen[("post", k)] = grad_now()
+
+    w.register_hook(hook)
+    w.register_post_accumulate_grad_hook(post)
+    for k in (1, 2):  # noqa: B007 (the hooks read k)
+        (k * w).sum().backward()
+    return {key: seen[key] for key in HOOK_KEYS}
+
+
+def _grad_value(value: Any) -> float | None | str:
+    if value is None:
+        return None
+    f = _num(value)
+    return "bad" if f is None else f
+
+
+@exercise(
+    "13.3",
+    "When each gradient hook runs",
+    look=N_(
+        "section 3: stage 2 reduces in a post-accumulate-grad hook and then drops the full "
+        "gradient; AccumulateGrad is the node that writes .grad"
+    ),
+    reveal=N_("`helpers.exercises.nb13.hook_timeline()`: the two hooks, two backward passes"),
+)
+def hook_timing(answer: Any) -> str:
+    if not isinstance(answer, dict) or set(answer) != set(HOOK_KEYS):
+        raise Hint(
+            tr(
+                "give a dict with the keys {keys}: w.grad as each hook sees it",
+                keys=list(HOOK_KEYS),
+            )
+        )
+    given = {k: _grad_value(v) for k, v in answer.items()}
+    if "bad" in given.values():
+        raise Hint(tr("each value is None or a number (what w.grad holds at that moment)"))
+    truth = hook_timeline()
+    if given == truth:
         return tr(
             (
-                "{truth}: torch.chunk cuts {rows} rows into chunks of "
-                "ceil({rows}/{shard_ranks}) = {truth_0_0}, which makes only {rows_truth_0_0} "
-                "chunks; the last rank gets an empty one, padded to the first chunk's size "
-                "for the all-gather."
+                "{truth}: a register_hook hook receives the gradient before AccumulateGrad "
+                "adds it to .grad, a post-accumulate one after. That is why ZeRO-2 reduces "
+                "in the second: .grad then holds everything backward accumulated, and nothing "
+                "later in backward reads it, so the hook may reduce-scatter it and drop it."
             ),
             truth=truth,
-            rows=rows,
-            shard_ranks=SHARD_RANKS,
-            truth_0_0=truth[0][0],
-            rows_truth_0_0=rows // truth[0][0],
         )
-    if any(s[1:] != (cols,) for s in shapes):
-        raise Hint(tr("Shard(dim=0) cuts rows: every shard keeps all {cols} columns", cols=cols))
-    if sorted(s[0] for s in shapes) == sorted(t.shape[0] for t in torch.empty(rows).tensor_split(
-        SHARD_RANKS
-    )):  # fmt: skip
+    if given[("post", 1)] is None:
         raise Hint(
             tr(
-                "that is an even split (torch.tensor_split); FSDP2 uses torch.chunk: chunks "
-                "of ceil(rows / N), so the last rank may get fewer rows, even none"
+                "the post-accumulate-grad hook runs after AccumulateGrad has written .grad: "
+                "on the first backward it is no longer None there"
             )
         )
-    if all(s[0] == truth[0][0] for s in shapes):
+    if given[("hook", 1)] is not None:
         raise Hint(
             tr(
-                "every rank stores the padded size for the all-gather, but its local shard "
-                "is unpadded: how many rows are left for the last rank?"
+                "a register_hook hook receives the gradient as its argument, before it is "
+                "accumulated: what does .grad hold before the first backward?"
+            )
+        )
+    if given[("hook", 2)] is None:
+        raise Hint(tr(".grad keeps the first backward's value until something sets it to None"))
+    second = truth[("post", 2)] - truth[("hook", 2)]  # the second backward's gradient alone
+    if given[("hook", 2)] == second:
+        raise Hint(
+            tr(
+                "the hook's argument is the new gradient, but .grad has not received it yet: "
+                "it still holds what the first backward left"
+            )
+        )
+    if given[("post", 2)] == second:
+        raise Hint(
+            tr(
+                "without zero_grad the second backward adds its gradient to .grad, it does "
+                "not replace it"
             )
         )
     raise Hint(
         tr(
-            "the rows must add up to {rows}, in chunks of ceil({rows}/{shard_ranks})",
-            rows=rows,
-            shard_ranks=SHARD_RANKS,
+            "backward k computes (k * w).sum(), so its gradient is k; .grad accumulates: "
+            "before and after AccumulateGrad, what does it hold?"
         )
     )
 
 
-def post_backward_hook_api() -> str:
-    """The Tensor method `ZeroAdamW` uses to run code once backward has accumulated a grad."""
-    code = source_view(sharded.ZeroAdamW.__init__).code
-    (name,) = re.findall(r"\.(register_\w+_hook)\(", code)
-    return name
+def grad_bytes(world_size: int = GRAD_RANKS) -> tuple[float, float]:
+    """(ZeRO-2, FSDP2) gradient bytes stored per rank for `make_model()`, padding included.
 
+    FSDP2's from its own chunking: every rank stores a buffer of the first chunk's size
+    (`padded_sharded_param_size` in `FSDPParam._init_sharded_param`).
+    """
+    from torch.distributed.fsdp._fully_shard import _fsdp_common  # a slow import: only here
 
-@exercise("13.3", "What moves ZeRO-2's reduce-scatter into backward")
-def hook_api(answer: Any) -> str:
-    if not isinstance(answer, str):
-        raise Hint(tr("give a name as a string, e.g. 'some_method'"))
-    name = answer.strip().split(".")[-1].rstrip("()")
-    truth = post_backward_hook_api()
-    if name == truth:
-        return tr(
-            (
-                "`Tensor.{truth}`: its hook runs after backward has accumulated the "
-                "parameter's .grad, so `_reduce` can reduce-scatter it at once and stage 2 "
-                "may drop the full gradient (nothing later in backward reads it)."
-            ),
-            truth=truth,
-        )
-    if name == "register_hook":
-        raise Hint(
-            tr(
-                "`Tensor.register_hook` fires when the gradient w.r.t. the tensor is "
-                "computed, before it is accumulated into .grad: look at `ZeroAdamW.__init__` "
-                "for the other one"
-            )
-        )
-    if name == "_reduce":
-        raise Hint(
-            tr("`_reduce` is what runs; which Tensor method registers it to run in backward?")
-        )
-    if name in ("reduce_scatter_single", "reduce_scatter_tensor", "reduce_scatter"):
-        raise Hint(
-            tr("that is the collective itself; the question is what makes it run in backward")
-        )
-    raise Hint(tr("read `show_source(sharded.ZeroAdamW.__init__)`: the `if stage == 2:` branch"))
-
-
-def zero2_grad_bytes(world_size: int = GRAD_RANKS) -> float:
-    """ZeRO-2 gradient bytes on each rank for `make_model()`, padding included."""
     params = list(sharded.make_model().parameters())
     numel = sum(p.numel() for p in params)
     padded = sum(sharded.padded_numel(p.numel(), world_size) for p in params)
-    return sharded.memory_formula(numel, padded, world_size, "zero2")["grads"]
+    fsdp = world_size * sum(
+        _fsdp_common._chunk_with_empty(torch.empty(p.shape), world_size, dim=0)[0].numel()
+        for p in params
+    )
+    zero2 = sharded.memory_formula(numel, padded, world_size, "zero2")["grads"]
+    fsdp2 = sharded.memory_formula(numel, padded, world_size, "fsdp2", fsdp)["grads"]
+    return zero2, fsdp2
 
 
-@exercise("13.4", "ZeRO-2's gradient bytes per rank at N = 8, padding included")
-def zero2_grads(answer: Any) -> str:
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        raise Hint(tr("give a number of bytes"))
-    truth = zero2_grad_bytes()
-    numel = sum(p.numel() for p in sharded.make_model().parameters())
-    if answer == truth:
-        padded = int(truth * GRAD_RANKS / 4)
-        return tr(
-            (
-                "{truth:.0f} B: each parameter padded to a multiple of {grad_ranks} ({numel} "
-                "-> {padded} elements), 4 bytes x {padded} / {grad_ranks}."
-            ),
-            truth=truth,
-            grad_ranks=GRAD_RANKS,
-            numel=numel,
-            padded=padded,
-        )
-    if answer == 4 * numel / GRAD_RANKS:
+@exercise(
+    "13.4",
+    "ZeRO-2's and FSDP2's gradient bytes per rank at N = 16, padding included",
+    look=N_(
+        "section 2's padding rule (ZeRO: each flattened parameter to a multiple of N) and "
+        "section 4's (FSDP2: dim 0 to a multiple of N)"
+    ),
+    reveal=N_(
+        "`sharded.padded_numel(numel, 16)` and `sharded.fsdp_padded_numel(shape, 16)` per "
+        "parameter, then `sharded.memory_formula(...)`'s grads entry"
+    ),
+)
+def padded_grads(answer: Any) -> str:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2) or any(
+        _num(a) is None for a in answer
+    ):
+        raise Hint(tr("give a pair of numbers of bytes: (ZeRO-2, FSDP2)"))
+    zero2, fsdp2 = (_num(a) for a in answer)
+    t_zero2, t_fsdp2 = grad_bytes()
+    n = GRAD_RANKS
+    params = list(sharded.make_model().parameters())
+    numel = sum(p.numel() for p in params)
+    s_zero2, s_fsdp2 = (4 * b / n for b in grad_bytes(4))  # section 4's N = 4 figures, scaled
+    if zero2 != t_zero2:
+        if zero2 == s_zero2:
+            raise Hint(
+                tr(
+                    "the padding depends on N: redo it for {n} ranks, do not scale a figure "
+                    "printed for 4",
+                    n=n,
+                )
+            )
+        if zero2 == 4 * numel / n:
+            raise Hint(
+                tr(
+                    "ZeRO-2: each parameter is padded with zeros to a multiple of N before it "
+                    "is cut into N equal shards (section 2)"
+                )
+            )
+        if zero2 == 4 * numel:
+            raise Hint(tr("that is DDP's and ZeRO-1's full gradient; ZeRO-2 keeps only its shard"))
+        if zero2 == 4 * math.ceil(numel / n):
+            raise Hint(tr("ZeroAdamW pads every parameter on its own, not the whole model at once"))
+        raise Hint(tr("ZeRO-2: 4 bytes x (each parameter's element count, padded) summed, / N"))
+    if fsdp2 != t_fsdp2:
+        if fsdp2 == s_fsdp2:
+            raise Hint(
+                tr(
+                    "the padding depends on N: redo it for {n} ranks, do not scale a figure "
+                    "printed for 4",
+                    n=n,
+                )
+            )
+        if fsdp2 == t_zero2:
+            raise Hint(
+                tr(
+                    "FSDP2 pads along dim 0, to a multiple of N rows (section 4), not the "
+                    "flattened parameter: a (6, 30) weight gains whole rows"
+                )
+            )
+        if fsdp2 == 4 * numel / n:
+            raise Hint(
+                tr(
+                    "FSDP2's local pieces are uneven, but every rank stores its gradient in a "
+                    "buffer of the first chunk's size (section 4): padded"
+                )
+            )
+        if fsdp2 == n * t_fsdp2:
+            raise Hint(tr("that is the whole padded gradient; each rank stores 1/N of it"))
         raise Hint(
             tr(
-                "padding: each parameter is padded separately to a multiple of N before it "
-                "is cut into N equal shards (`padded_numel`, section 2)"
+                "FSDP2: every rank stores ceil(rows / N) rows of each parameter; add them up "
+                "over the six parameters, 4 bytes each"
             )
         )
-    if answer == 4 * numel:
-        raise Hint(tr("that is DDP's and ZeRO-1's full gradient; ZeRO-2 keeps only its shard"))
-    if answer == 4 * sharded.padded_numel(numel, GRAD_RANKS) / GRAD_RANKS:
-        raise Hint(tr("ZeroAdamW pads every parameter on its own, not the whole model at once"))
-    raise Hint(tr("4 bytes x (the sum over parameters of padded_numel(numel, 8)) / 8"))
+    return tr(
+        (
+            "({t_zero2:.0f}, {t_fsdp2:.0f}) B: ZeRO-2 pads each flattened parameter to a "
+            "multiple of {n} ({numel} -> {padded} elements, / {n}); FSDP2 pads dim 0, so the "
+            "(6, 30) weight and its bias store one row each per rank although 6 < {n}."
+        ),
+        t_zero2=t_zero2,
+        t_fsdp2=t_fsdp2,
+        n=n,
+        numel=numel,
+        padded=int(t_zero2 * n / 4),
+    )

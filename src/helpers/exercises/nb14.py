@@ -1,170 +1,467 @@
 """Judges for notebook 14 (DDP under torch.compile, and the profiler's view).
 
 The truths come from the installed torch: DDPOptimizer's own bucketing run on an FX trace of
-`ddp_compile.Net` (no process group needed: `compile_fn` cuts the buckets before it splits the
-graph), `DDPOptimizer.__init__`'s check, DDP's bucket assignment and Dynamo's skip rule
+`ddp_compile.Net` and of chains of Linear layers of other widths (no process group needed:
+`compile_fn` cuts the buckets before it splits the graph), against which the reader's
+`ddp_optimizer_buckets` runs in-process on the shown case and hidden ones; DDP's bucket
+assignment (`dist._compute_bucket_assignment_by_size`) and Dynamo's skip rule
 (`trace_rules.check`). No judge launches processes or compiles.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import functools
-import math
+import inspect
+import re
+import sys
+import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers import ddp_compile
-from helpers.exercises import Hint, as_int, choice_set, exercise, tr
+from helpers.exercises import N_, Hint, as_int, choice_set, exercise, tr
 
-CAP_MB = 2  # 14.1
-PROFILE_CAP_MB, PROFILE_STEPS, PROFILE_ACCUM = 2, 3, 4  # 14.3
+MIB = 2**20
+#: 14.1: the prompt's case (section 3's bucket_cap_mb=3), then hidden ones: (widths of a chain
+#: of Linear layers, or None for Net; bucket cap, first-bucket cap, in bytes)
+SHOWN_SPLIT = (None, 3 * MIB, MIB)
+HIDDEN_SPLITS = [
+    (None, 2 * MIB, MIB),  # Net at 2 MiB
+    (None, 25 * MIB, MIB),  # Net at DDP's default cap
+    ((4, 4, 4, 4, 4), 160, 80),  # 80 B layers: buckets that reach the cap exactly
+    ((8, 16, 4, 32, 8, 3), 600, 300),  # uneven layers
+    ((8, 16, 4, 32, 8, 3), 600, 100),  # uneven layers, a first cap that closes on one layer
+    ((4, 4, 64, 4, 4), 200, 100),  # a layer larger than the cap
+    ((5, 7), 100, 50),  # one layer
+]
+SPLIT_CAP_MB = 1.5  # 14.2
+PROFILE_CAP_MB, PROFILE_STEPS, PROFILE_ACCUM = 1, 3, 5  # 14.3
 
 
-@functools.cache  # one FX trace and bucketing per cap (about a second on 2 cores)
-def ddp_optimizer_split(cap_mb: float = CAP_MB) -> tuple[float, ...]:
-    """DDPOptimizer's bucket sizes in MiB (forward order) for `Net` at `bucket_cap_mb=cap_mb`."""
+class _Chain(nn.Module):
+    """Linear layers of the given widths with ReLU between them, like `ddp_compile.Net`."""
+
+    def __init__(self, widths: tuple[int, ...]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = torch.relu(x)
+        return x
+
+
+def _model(widths: tuple[int, ...] | None) -> nn.Module:
+    return ddp_compile.make_model() if widths is None else _Chain(widths)
+
+
+def layer_bytes(widths: tuple[int, ...] | None) -> list[int]:
+    """Each layer's parameter bytes (weight + bias), forward order."""
+    return [
+        sum(p.numel() * p.element_size() for p in m.parameters()) for m in _model(widths).layers
+    ]
+
+
+@functools.cache  # one FX trace and bucketing per case (milliseconds, after the first import)
+def ddp_optimizer_layers(
+    widths: tuple[int, ...] | None, cap: int, first_cap: int | None
+) -> tuple[tuple[int, ...], ...]:
+    """DDPOptimizer's buckets as layer indices (forward order), from its own walk of an FX graph.
+
+    `first_cap=None`: what `DDPOptimizer.__init__` fills in when the caller passes none.
+    """
     import torch.fx
     from torch._dynamo.backends.distributed import DDPOptimizer  # slow imports: only here
 
-    gm = torch.fx.symbolic_trace(ddp_compile.make_model())
-    opt = DDPOptimizer(bucket_bytes_cap=int(cap_mb * 2**20), backend_compile_fn=lambda g, i: g)
+    model = _model(widths)
+    gm = torch.fx.symbolic_trace(model)
+    kw = {} if first_cap is None else {"first_bucket_cap": first_cap}
+    opt = DDPOptimizer(bucket_bytes_cap=cap, backend_compile_fn=lambda g, i: g, **kw)
+    width = model.layers[0].in_features
     try:  # the buckets are cut first; splitting a plain FX graph (no Dynamo metadata) then fails
-        opt.compile_fn(gm, [ddp_compile.batch(0, 0)])
+        opt.compile_fn(gm, [torch.zeros(2, width)])
     except AttributeError:
         pass
-    return tuple(round(b.size / 2**20, 2) for b in opt.buckets)
+    return tuple(
+        tuple(sorted({int(re.search(r"layers\D*(\d+)", n).group(1)) for n in b.params}))
+        for b in opt.buckets
+    )
 
 
-def _mib_list(answer: Any) -> list[float]:
-    if isinstance(answer, (list, tuple)) and all(
-        isinstance(a, (int, float)) and not isinstance(a, bool) for a in answer
-    ):
-        return [float(a) for a in answer]
-    raise Hint(tr("give a list of subgraph sizes in MiB, e.g. [1.0, 2.0]"))
+def _walk(sizes: list[int], cap: int, first_cap: int, strict: bool = False) -> list[list[int]]:
+    """A walk from the last layer, for recognising two usual mistakes (never the truth)."""
+    buckets: list[list[int]] = [[]]
+    size = 0
+    for i in reversed(range(len(sizes))):
+        limit = first_cap if len(buckets) == 1 else cap
+        if buckets[0] and (size > limit if strict else size >= limit):
+            buckets.insert(0, [])
+            size = 0
+        buckets[0].insert(0, i)
+        size += sizes[i]
+    return buckets
 
 
-def _same(a: list[float], b: list[float]) -> bool:
-    return len(a) == len(b) and all(abs(x - y) <= 0.02 for x, y in zip(a, b, strict=True))
+#: Names whose call does the job for the reader.
+_LIBRARY = {"DDPOptimizer", "compile_fn", "symbolic_trace", "_compute_bucket_assignment_by_size"}
 
 
-@exercise("14.1", "DDPOptimizer's subgraphs at bucket_cap_mb=2")
-def subgraphs(answer: Any) -> str:
-    sizes = _mib_list(answer)
-    truth = list(ddp_optimizer_split())
-    if _same(sizes, truth) or _same(sizes[::-1], truth):
-        return tr(
-            (
-                "{truth} MiB (forward order), {len_truth} subgraphs: walking backward from "
-                "the last layer, the first bucket closes at DDPOptimizer's 1 MiB "
-                "first-bucket cap, the next ones once they reach {cap_mb} MiB, and the rest "
-                "goes into the last."
-            ),
-            truth=truth,
-            len_truth=len(truth),
-            cap_mb=CAP_MB,
-        )
-    if sizes and abs(sum(sizes) - sum(truth)) > 0.05:
-        raise Hint(
-            tr(
-                (
-                    "the subgraphs hold all parameters between them: about {sum_truth:.2f} MiB "
-                    "(six 1 MiB weights and their biases)"
-                ),
-                sum_truth=sum(truth),
-            )
-        )
-    if _same(sorted(sizes), sorted([CAP_MB] * 3)):
-        raise Hint(
-            tr(
-                "DDPOptimizer's first bucket is 1 MiB whatever the cap: the caller passes no "
-                "first_bucket_cap and `DDPOptimizer.__init__` fills in 1 MiB (section 3), "
-                "unlike DDP given an explicit cap"
-            )
-        )
-    if all(abs(s - 1.0) < 0.05 for s in sizes):
-        raise Hint(
-            tr("a bucket after the first closes only once it holds {cap_mb} MiB", cap_mb=CAP_MB)
-        )
-    raise Hint(tr("walk the layers from the last one, as `compile_fn` does (section 3's excerpt)"))
-
-
-def smallest_compilable_cap_mb() -> float:
-    """The smallest bucket cap (MiB) that DDPOptimizer accepts: its default first-bucket cap."""
+def _library_code() -> tuple[set, set]:
+    """The code objects (and builtins) of DDPOptimizer's and DDP's bucketing, for `_watching`."""
+    import torch.fx
     from torch._dynamo.backends.distributed import DDPOptimizer
 
-    cap = dist._DEFAULT_FIRST_BUCKET_BYTES
-    DDPOptimizer(bucket_bytes_cap=cap, backend_compile_fn=lambda g, i: g)  # accepted
+    fns = [DDPOptimizer.__init__, DDPOptimizer.compile_fn, torch.fx.symbolic_trace,
+           torch.fx.Tracer.trace, dist._compute_bucket_assignment_by_size,
+           torch._C._distributed_c10d._compute_bucket_assignment_by_size]  # fmt: skip
+    codes, builtins = set(), set()
+    for fn in fns:
+        fn = inspect.unwrap(fn)
+        if hasattr(fn, "__code__"):
+            codes.add(fn.__code__)
+        else:
+            builtins.add(id(fn))
+    return codes, builtins
+
+
+@contextlib.contextmanager
+def _watching(codes: set, builtins: set) -> Iterator[list]:
+    """Record, while the block runs, every call of one of `codes` (or `builtins`).
+
+    Run-time, so that an alias (`getattr(dist, name)`) or a helper defined elsewhere is seen
+    as well as a call by name.
+    """
+    hits: list = []
+    old = sys.getprofile()
+
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in codes:
+            hits.append(frame.f_code.co_name)
+        elif event == "c_call" and id(arg) in builtins:
+            hits.append(getattr(arg, "__name__", "?"))
+
+    sys.setprofile(prof)
     try:
-        DDPOptimizer(bucket_bytes_cap=cap - 1, backend_compile_fn=lambda g, i: g)
-    except AssertionError:
-        return cap / 2**20
-    raise AssertionError("DDPOptimizer accepted a cap below its first-bucket cap")
+        yield hits
+    finally:
+        sys.setprofile(old)
 
 
-@exercise("14.2", "The smallest bucket_cap_mb DDPOptimizer accepts")
-def smallest_cap(answer: Any) -> str:
-    if isinstance(answer, bool) or not isinstance(answer, (int, float)):
-        raise Hint(tr("give a number of MiB"))
-    truth = smallest_compilable_cap_mb()
-    if math.isclose(answer, truth):
-        return tr(
-            (
-                "{truth:g} MiB: `DDPOptimizer.__init__` sets first_bucket_cap to "
-                "dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB) and raises 'First bucket should be "
-                "smaller/equal to other buckets' when bucket_bytes_cap is below it. "
-                "Uncompiled DDP takes any cap."
-            ),
-            truth=truth,
-        )
-    if answer < truth:
+def _params(fn: Any) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
+def _takes(fn: Any, args: tuple) -> bool:
+    """Whether `fn(*args)` binds (extra defaulted parameters, *args and partials are fine)."""
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        return True
+    return True
+
+
+def _called_names(fn: Any) -> set[str]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+        if isinstance(node, ast.Name) and node.id == "DDPOptimizer":
+            names.add(node.id)
+    return names
+
+
+def _groups(value: Any) -> list[list[int]] | None:
+    if not isinstance(value, (list, tuple)):
+        return None
+    out = []
+    for g in value:
+        if not isinstance(g, (list, tuple)) or any(as_int(i) is None for i in g):
+            return None
+        out.append([as_int(i) for i in g])
+    return out
+
+
+@exercise(
+    "14.1",
+    "DDPOptimizer's split, written by you",
+    look=N_(
+        "section 3's excerpt: the loop over reversed(gm.graph.nodes) and its test of "
+        "buckets[0].size against the two caps"
+    ),
+    reveal=N_(
+        "`DDPOptimizer.compile_fn` on `torch.fx.symbolic_trace(model)`, its bucket list read "
+        "after the walk (torch/_dynamo/backends/distributed.py)"
+    ),
+)
+def split_code(answer: Any) -> str:
+    if not callable(answer):
         raise Hint(
             tr(
                 (
-                    "at {answer:g} MiB `DDPOptimizer.__init__` raises 'First bucket should be "
-                    "smaller/equal to other buckets': its first-bucket cap is larger"
+                    "give a function ddp_optimizer_buckets(layer_bytes, bucket_cap, "
+                    "first_bucket_cap), found {answer!r}"
                 ),
                 answer=answer,
             )
         )
-    if answer == 25:
-        raise Hint(tr("25 MiB is DDP's default cap; smaller caps compile too"))
+    if not _takes(answer, ([1, 2], 3, 4)):
+        raise Hint(
+            tr(
+                (
+                    "the function takes (layer_bytes, bucket_cap, first_bucket_cap); yours "
+                    "takes {params}"
+                ),
+                params=_params(answer),
+            )
+        )
+    refusal = tr(
+        "do not run DDPOptimizer or DDP's bucketing: walk the list of sizes yourself, "
+        "as section 3's excerpt walks the graph"
+    )
+    if _called_names(answer) & _LIBRARY:
+        raise Hint(refusal)
+    cases = [SHOWN_SPLIT, *HIDDEN_SPLITS]
+    truths = [[list(g) for g in ddp_optimizer_layers(*case)] for case in cases]
+    codes, builtins = _library_code()
+    for i, ((widths, cap, first), truth) in enumerate(zip(cases, truths, strict=True)):
+        sizes = layer_bytes(widths)
+        where = (
+            tr("the prompt's case")
+            if i == 0
+            else tr(
+                "a hidden case, layer_bytes={sizes}, bucket_cap={cap}, first_bucket_cap={first}",
+                sizes=sizes,
+                cap=cap,
+                first=first,
+            )
+        )
+        with _watching(codes, builtins) as hits:
+            try:
+                found = answer(list(sizes), cap, first)
+            except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
+                raise Hint(
+                    tr(
+                        "{where}: your code raised {error}",
+                        where=where,
+                        error=f"{type(e).__name__}: {e}",
+                    )
+                ) from None
+        if hits:
+            raise Hint(refusal)
+        got = _groups(found)
+        if got is None:
+            raise Hint(
+                tr(
+                    "return a list of buckets, each a list of layer indices, e.g. "
+                    "[[0, 1], [2]]; found {found!r}",
+                    found=found,
+                )
+            )
+        if got == truth:
+            continue
+        if sorted(j for g in got for j in g) != list(range(len(sizes))):
+            raise Hint(
+                tr(
+                    "{where}: every layer goes into exactly one bucket, layers 0..{last}",
+                    where=where,
+                    last=len(sizes) - 1,
+                )
+            )
+        if got == truth[::-1] or [g[::-1] for g in got[::-1]] == truth:
+            raise Hint(
+                tr(
+                    (
+                        "{where}: list the buckets in forward order, the first layer's bucket "
+                        "first and each bucket's layers in increasing order; the walk itself "
+                        "goes from the last layer"
+                    ),
+                    where=where,
+                )
+            )
+        if got == _walk(sizes, cap, first, strict=True):
+            raise Hint(
+                tr(
+                    "{where}: a bucket that holds exactly its cap is full (the test is >=)",
+                    where=where,
+                )
+            )
+        if got == _walk(sizes, cap, cap) and first != cap:
+            raise Hint(
+                tr(
+                    (
+                        "{where}: the first bucket (the one holding the last layer) closes at "
+                        "first_bucket_cap, the others at bucket_cap"
+                    ),
+                    where=where,
+                )
+            )
+        n = len(sizes)
+        from_first = [sorted(n - 1 - j for j in g) for g in _walk(sizes[::-1], cap, first)[::-1]]
+        if got == from_first:
+            raise Hint(
+                tr(
+                    (
+                        "{where}: the walk starts at the last layer (backward's order), so the "
+                        "first bucket holds the last layer"
+                    ),
+                    where=where,
+                )
+            )
+        raise Hint(
+            tr(
+                (
+                    "{where}: you made {n_got} buckets, DDPOptimizer {same}; before adding a "
+                    "layer, is the current bucket already full?"
+                ),
+                where=where,
+                n_got=len(got),
+                same=tr("as many") if len(got) == len(truth) else tr("another number"),
+            )
+        )
+    shown = [list(g) for g in ddp_optimizer_layers(*SHOWN_SPLIT)]
+    return tr(
+        (
+            "{shown} for Net at bucket_cap_mb=3 (section 3's 2.0, 3.01 and 1.0 MiB), and the "
+            "{hidden} hidden cases too (uneven layers, a bucket that reaches its cap exactly, "
+            "a layer larger than the cap, one layer): walking from the last layer, a bucket "
+            "closes before the next layer once it holds its cap (the first one's is "
+            "first_bucket_cap), and the first layers fill the last bucket."
+        ),
+        shown=shown,
+        hidden=len(HIDDEN_SPLITS),
+    )
+
+
+def ddp_buckets(cap_mb: float) -> int:
+    """DDP's buckets for `Net` at an explicit cap (first bucket too), in backward order."""
+    params = list(ddp_compile.make_model().parameters())[::-1]
+    indices, _ = dist._compute_bucket_assignment_by_size(params, [int(cap_mb * MIB)] * 2)
+    return len(indices)
+
+
+def split_and_buckets(cap_mb: float = SPLIT_CAP_MB) -> tuple[int, int]:
+    """(DDPOptimizer's subgraphs, DDP's buckets) for `Net` compiled at `bucket_cap_mb=cap_mb`.
+
+    DDPOptimizer gets DDP's `bucket_bytes_cap` and no first-bucket cap (`CatchErrorsWrapper`).
+    """
+    return len(ddp_optimizer_layers(None, int(cap_mb * MIB), None)), ddp_buckets(cap_mb)
+
+
+@exercise(
+    "14.2",
+    "Subgraphs and DDP's buckets at bucket_cap_mb=1.5",
+    look=N_(
+        "section 1 (DDP's first bucket under an explicit cap), section 2's excerpt of "
+        "`CatchErrorsWrapper.__call__` (what DDPOptimizer is given) and section 3's constructor"
+    ),
+    reveal=N_(
+        "`dist._compute_bucket_assignment_by_size(params[::-1], [cap, cap])` for DDP; "
+        "DDPOptimizer's walk on an FX trace of `Net` for the subgraphs"
+    ),
+)
+def split_vs_ddp(answer: Any) -> str:
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2) or any(
+        as_int(a) is None for a in answer
+    ):
+        raise Hint(tr("give a pair of whole numbers: (DDPOptimizer's subgraphs, DDP's buckets)"))
+    sub, ddp = (as_int(a) for a in answer)
+    t_sub, t_ddp = split_and_buckets()
+    if (sub, ddp) == (t_sub, t_ddp):
+        return tr(
+            (
+                "({t_sub}, {t_ddp}): DDPOptimizer is handed DDP's {cap} MiB cap but no "
+                "first-bucket cap, so its first bucket closes at 1 MiB (one layer), the next ones "
+                "at {cap} MiB (two layers), and the first layer is left alone in the last; DDP, "
+                "given an explicit cap, uses {cap} MiB for its "
+                "first bucket too. The split is DDPOptimizer's estimate of DDP's buckets, and "
+                "here it misses."
+            ),
+            t_sub=t_sub,
+            t_ddp=t_ddp,
+            cap=SPLIT_CAP_MB,
+        )
+    if sub == ddp:
+        raise Hint(
+            tr(
+                "the two first buckets differ: one is capped by what DDPOptimizer fills in, "
+                "the other by the explicit bucket_cap_mb"
+            )
+        )
+    if sub != t_sub:
+        if sub == t_ddp:
+            raise Hint(
+                tr(
+                    "DDPOptimizer is not handed DDP's first-bucket cap: which value does its "
+                    "constructor fill in?"
+                )
+            )
+        raise Hint(
+            tr(
+                "DDPOptimizer: walk the six layers from the last one; a bucket closes once it "
+                "holds at least its cap (1 MiB and 2 KiB per layer)"
+            )
+        )
     raise Hint(
         tr(
-            "{answer:g} MiB compiles, but so does a smaller cap: find where the check is",
-            answer=answer,
+            "DDP: an explicit bucket_cap_mb caps its first bucket too (section 1); a bucket "
+            "closes once it holds at least the cap"
         )
     )
 
 
-def ddp_buckets(cap_mb: float = PROFILE_CAP_MB) -> int:
-    """DDP's buckets for `Net` at an explicit cap (first bucket too), in backward order."""
-    params = list(ddp_compile.make_model().parameters())[::-1]
-    indices, _ = dist._compute_bucket_assignment_by_size(params, [int(cap_mb * 2**20)] * 2)
-    return len(indices)
-
-
-def profiled_allreduces(steps: int = PROFILE_STEPS, accum: int = PROFILE_ACCUM) -> int:
+def profiled_allreduces(
+    cap_mb: float = PROFILE_CAP_MB, steps: int = PROFILE_STEPS, accum: int = PROFILE_ACCUM
+) -> int:
     """gloo:all_reduce events in one rank's trace: buckets x synced backwards, both phases."""
     synced = steps * accum + steps * 1  # phase "sync": every backward; "no_sync": the last
-    return ddp_buckets() * synced
+    return ddp_buckets(cap_mb) * synced
 
 
-@exercise("14.3", "All-reduces in a longer profile")
+@exercise(
+    "14.3",
+    "All-reduces in a longer profile",
+    look=N_(
+        "section 5: what `profile_worker` runs inside the profiler, and why 30 = 3 x (8 + 2); "
+        "section 3 for DDP's buckets at 1 MiB"
+    ),
+    reveal=N_(
+        "`len(dist._compute_bucket_assignment_by_size(params[::-1], [cap, cap])[0])` buckets "
+        "x (steps x accum + steps) synced backwards"
+    ),
+)
 def profile_count(answer: Any) -> str:
     if as_int(answer) is None:
         raise Hint(tr("give a whole number of gloo:all_reduce events"))
     answer = as_int(answer)
-    b, s, k = ddp_buckets(), PROFILE_STEPS, PROFILE_ACCUM
+    b, s, k = ddp_buckets(PROFILE_CAP_MB), PROFILE_STEPS, PROFILE_ACCUM
     truth = profiled_allreduces()
     if answer == truth:
         return tr(
             (
                 "{truth} = {b} buckets x ({s} x {k} synced backwards + {s} x 1): no_sync "
-                "skips {k_1} of every {k} backwards; the warm-up runs before the profiler "
-                "starts."
+                "skips {k_1} of every {k} backwards; the warm-up iterations run in their own "
+                "profile(...) blocks, before the one whose trace is written."
             ),
             truth=truth,
             b=b,
@@ -181,29 +478,39 @@ def profile_count(answer: Any) -> str:
                 "twice, and each rank writes its own trace: count one name in one file"
             )
         )
-    if answer > truth and answer - truth <= 4:
-        raise Hint(tr("the warm-up iterations run before `profile(...)` starts (`profile_worker`)"))
-    if answer * b == truth:
+    if answer in (truth + 1 + b, truth + 2 * b):
         raise Hint(
             tr(
-                (
-                    "one all-reduce per bucket per synced backward: DDP makes {b} buckets at "
-                    "bucket_cap_mb={profile_cap_mb} (section 5)"
-                ),
-                b=b,
-                profile_cap_mb=PROFILE_CAP_MB,
+                "the warm-up iterations run in their own `profile(...)` blocks, before the one "
+                "whose trace is written (`profile_worker`)"
             )
         )
-    raise Hint(tr("section 5's 30 was 3 buckets x (8 + 2) for 2 steps; redo it for 3 steps"))
+    if answer == truth // b:
+        raise Hint(tr("one all-reduce per bucket per synced backward: how many buckets at 1 MiB?"))
+    if answer * b == truth * ddp_buckets(2):
+        raise Hint(
+            tr(
+                "section 5's 3 buckets are DDP's at bucket_cap_mb=2; at an explicit 1 MiB "
+                "cap each 1 MiB layer fills a bucket"
+            )
+        )
+    raise Hint(
+        tr(
+            "count DDP's buckets at the explicit 1 MiB cap, then the backward passes that "
+            "all-reduce in each phase, outside the warm-up"
+        )
+    )
 
 
 CANDIDATES = {
-    "DistributedDataParallel.forward": DDP.forward,
-    "Sequential.forward": torch.nn.Sequential.forward,
-    "Linear.forward": torch.nn.Linear.forward,
+    "ReLU.forward": torch.nn.ReLU.forward,
     "ModuleList.__iter__": torch.nn.ModuleList.__iter__,
-    "Net.forward": ddp_compile.Net.forward,
+    "DistributedDataParallel._run_ddp_forward": DDP._run_ddp_forward,
+    "dist.all_reduce": dist.all_reduce,
+    "record_function.__enter__": torch.profiler.record_function.__enter__,
+    "SGD.step": torch.optim.SGD.step,
     "ddp_compile.batch": ddp_compile.batch,
+    "ddp_compile._train_step": ddp_compile._train_step,
 }
 
 
@@ -214,38 +521,84 @@ def skipped_frames() -> set[str]:
     return {name for name, fn in CANDIDATES.items() if trace_rules.check(fn)}
 
 
-@exercise("14.4", "Which frames Dynamo skips")
+@exercise(
+    "14.4",
+    "Which frames Dynamo skips",
+    look=N_(
+        "section 2 (Dynamo's two rules for torch/nn), and `MOD_SKIPLIST` in "
+        "torch/_dynamo/trace_rules.py, next to the file each candidate's code lives in "
+        "(`fn.__code__.co_filename`; `__module__` can name a wrapped function's module)"
+    ),
+    reveal=N_(
+        "`trace_rules.check(fn)` for each candidate (`CANDIDATES` in helpers/exercises/nb14.py)"
+    ),
+)
 def skipped(answer: Any) -> str:
-    given = choice_set(answer, sorted(CANDIDATES), tr("names from CANDIDATES"), "{'Net.forward'}")
+    given = choice_set(answer, sorted(CANDIDATES), tr("names from CANDIDATES"), "{'SGD.step'}")
     truth = skipped_frames()
-    if given & {"Net.forward", "ddp_compile.batch"} - truth:
+    ours = {n for n in CANDIDATES if n.startswith("ddp_compile.")}
+    if given & ours - truth:
         raise Hint(
             tr(
-                "code in src/helpers is not under torch/nn: Dynamo compiles those frames "
+                "code in src/helpers is not in torch at all: Dynamo compiles those frames "
                 "(that is why the notebook's model is a class of its own)"
             )
         )
-    if truth - given:
+    if given - truth:
         raise Hint(
             tr(
                 (
-                    "{sorted_truth_given} also live in torch/nn (MOD_SKIPLIST): "
-                    "`trace_rules.check` answers True for them"
+                    "{extra}: not every package of torch is on MOD_SKIPLIST; find the module "
+                    "its code lives in"
                 ),
-                sorted_truth_given=sorted(truth - given),
+                extra=sorted(given - truth),
+            )
+        )
+    missing = truth - given
+    if missing:
+        in_nn = sum(CANDIDATES[n].__module__.startswith("torch.nn") for n in missing)
+        if in_nn == 0:
+            raise Hint(
+                tr(
+                    (
+                        "{n} more of them live in packages on MOD_SKIPLIST, torch.nn is not the "
+                        "only one: look up each candidate's module"
+                    ),
+                    n=len(missing),
+                )
+            )
+        raise Hint(
+            tr(
+                (
+                    "{n} more of them live in packages on MOD_SKIPLIST: {in_nn} in torch.nn, "
+                    "{other} elsewhere; look up each candidate's module"
+                ),
+                n=len(missing),
+                in_nn=in_nn,
+                other=len(missing) - in_nn,
             )
         )
     from torch._dynamo import trace_rules
+    from torch.distributed._functional_collectives import traceable_collective_remaps
 
-    inlined = sorted(n for n in truth if not trace_rules.check(CANDIDATES[n], is_inlined_call=True))
+    # `dist.all_reduce` never reaches the trace rules from a compiled frame: Dynamo's
+    # VariableBuilder rewrites it first (`CollectiveFunctionRewriteVariable.can_rewrite`)
+    rewritten = sorted(n for n in truth if CANDIDATES[n] in traceable_collective_remaps)
+    inlined = sorted(
+        n
+        for n in truth
+        if n not in rewritten and not trace_rules.check(CANDIDATES[n], is_inlined_call=True)
+    )
     return tr(
         (
-            "{sorted_truth}: every frame whose code is in torch/nn; Dynamo starts "
-            "compiling only in the frames they call that are not skipped, like "
-            "Net.forward. Called from a compiled frame, {they_if_inlined_sorted_truth_e} "
-            "are inlined, not skipped: `trace_rules.check(fn, is_inlined_call=True)` is "
-            "False for them (MOD_INLINELIST)."
+            "{sorted_truth}: their code lives in packages on MOD_SKIPLIST (torch.nn, "
+            "torch.distributed, torch.autograd, ...); torch.optim is not on it, "
+            "and src/helpers is not in torch. Called from a compiled frame, {inlined} are "
+            "inlined rather than skipped (MOD_INLINELIST), and a call of {rewritten} is "
+            "rewritten to a functional collective (`traceable_collective_remaps`, all_reduce "
+            "to `_functional_collectives.all_reduce_inplace`) before any skip rule is asked."
         ),
         sorted_truth=sorted(truth),
-        they_if_inlined_sorted_truth_e=tr("they") if inlined == sorted(truth) else inlined,
+        inlined=inlined,
+        rewritten=rewritten,
     )
