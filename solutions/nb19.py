@@ -45,3 +45,125 @@ WRONG = {
         (("job/0/0", "/job/0/1"), "list of strings"),
     ],
 }
+
+
+# 19.4 Where the ranks part is the first sequence number at which their entries do not all name
+# the same op (a rank with no entry there, stuck before that collective or behind, differs
+# too, and so does a rank ahead of the others, which alone has an entry); who is the odd one out
+# is a vote: the op (or absence) most ranks record there is the majority's, and the rank whose
+# entry differs from it is the culprit. Where two ops tie for the most ranks (2 ranks, one each,
+# as in section 3), the dumps say where, not who: None. torch's analyzer instead takes the first
+# rank's entry as the expected one, so on 19.1's dumps it blames ranks 1 and 2.
+def culprit(dumps):
+    """(rank, collective_seq_id) of the odd rank (the one whose entry differs from most ranks')
+    at the first sequence number where they do not all agree; None on a tie."""
+    from collections import Counter
+
+    ops = [{e["collective_seq_id"]: e["profiling_name"] for e in d["entries"]} for d in dumps]
+    for seq in sorted(set().union(*ops)):
+        at = [o.get(seq) for o in ops]  # None: this rank recorded nothing there
+        if len(set(at)) > 1:
+            top = Counter(at).most_common(2)
+            if top[0][1] == top[1][1]:
+                return None
+            return next(r for r, op in enumerate(at) if op != top[0][0]), seq
+    return None
+
+
+def culprit_no_tie_rule(dumps):
+    """The vote without a tie rule: on a tie it picks whichever op `max` meets first."""
+    ops = [{e["collective_seq_id"]: e["profiling_name"] for e in d["entries"]} for d in dumps]
+    for seq in sorted(set().union(*ops)):
+        at = [o.get(seq) for o in ops]
+        if len(set(at)) > 1:
+            common = max(at, key=at.count)
+            return next(r for r, op in enumerate(at) if op != common), seq
+    return None
+
+
+def culprit_fewest_next(dumps):
+    """The rank with the fewest entries, at its last seq + 1; else the minority op: wrong for a
+    rank ahead and for a rank that differs and then stops."""
+    lengths = [len(d["entries"]) for d in dumps]
+    if len(set(lengths)) > 1:
+        r = lengths.index(min(lengths))
+        return r, dumps[r]["entries"][-1]["collective_seq_id"] + 1
+    return culprit(dumps)
+
+
+def culprit_missing_is_culprit(dumps):
+    """A rank with no entry at a sequence number is the culprit; else the minority op: wrong for a
+    rank ahead, where the ranks with no entry are the majority."""
+    ops = [{e["collective_seq_id"]: e["profiling_name"] for e in d["entries"]} for d in dumps]
+    for seq in sorted(set().union(*ops)):
+        at = [o.get(seq) for o in ops]
+        if None in at:
+            return at.index(None), seq
+        if len(set(at)) > 1:
+            return next(r for r, op in enumerate(at) if at.count(op) == 1), seq
+    return None
+
+
+def culprit_verbose(dumps, verbose=False):
+    """The worked culprit with an extra defaulted parameter: accepted."""
+    return culprit(dumps)
+
+
+def culprit_by_heart(dumps):
+    """19.1's answer, whatever the dumps."""
+    return (0, 3)
+
+
+def culprit_first_rank_expected(dumps):
+    """The analyzer's rule: the first rank's entry is the expected one."""
+    first = {e["collective_seq_id"]: e["profiling_name"] for e in dumps[0]["entries"]}
+    for seq in sorted(first):
+        for r, d in enumerate(dumps[1:], start=1):
+            ops = {e["collective_seq_id"]: e["profiling_name"] for e in d["entries"]}
+            if ops.get(seq) != first[seq]:
+                return r, seq
+    return None
+
+
+def culprit_common_only(dumps):
+    """Compares ops only where every rank has an entry: misses a rank that is behind."""
+    ops = [{e["collective_seq_id"]: e["profiling_name"] for e in d["entries"]} for d in dumps]
+    common = set.intersection(*(set(o) for o in ops))
+    for seq in sorted(common):
+        at = [o[seq] for o in ops]
+        if len(set(at)) > 1:
+            return next(r for r, op in enumerate(at) if at.count(op) == 1), seq
+    return 0, max(common)
+
+
+def culprit_last_entry(dumps):
+    """The rank with the fewest entries, at its last one: off by one for a rank behind, and
+    no help when every rank recorded as many."""
+    lengths = [len(d["entries"]) for d in dumps]
+    if len(set(lengths)) == 1:
+        return culprit(dumps)
+    r = lengths.index(min(lengths))
+    return r, dumps[r]["entries"][-1]["collective_seq_id"]
+
+
+def culprit_analyzer(dumps):
+    """Hands the dumps to torch's analyzer."""
+    from helpers import hangs
+
+    return hangs.analyze_dumps(dumps, ranks=list(range(len(dumps))))
+
+
+SOLUTIONS["19.4"] = culprit
+WRONG["19.4"] = [
+    (culprit_by_heart, "a hidden case"),
+    (culprit_common_only, "a hidden case"),
+    (culprit_last_entry, "a hidden case"),
+    (culprit_no_tie_rule, "a hidden case"),
+    (culprit_fewest_next, "a hidden case"),
+    (culprit_missing_is_culprit, "a hidden case"),
+    (culprit_first_rank_expected, "whose entry differs"),
+    (culprit_analyzer, "yourself"),
+    (lambda dumps, rank: (0, 3), "one argument"),
+    (lambda dumps: (0, 3, "broadcast"), "pair (rank, sequence number)"),
+    ((0, 3), "function"),
+]
