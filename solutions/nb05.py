@@ -9,13 +9,18 @@ from helpers import allreduce as ar
 # `expected_p2p("ring", 1000, 4, 8, 0)["bytes_sent"]` says the same.
 ANSWER_05_1 = 7000
 
-# 05.2 Whose shares arrive during the reduce-scatter (N = 5, rank 2).
+
+# 05.2 Whose shares arrive during the reduce-scatter.
 # `ring_schedule`: at step s rank r sends chunk (r - s) % N to rank r+1: at step 0 its own share
-# of chunk r, afterwards the chunk it received at step s-1 with its own share added. Rank 2
-# receives from rank 1: step 0 chunk 1 = {1}; step 1 chunk 0, which rank 1 got from rank 0 =
-# {0, 1}; step 2 chunk 4 = {4, 0, 1}; step 3 chunk 3 = {3, 4, 0, 1}, to which rank 2 adds its
-# own share: complete.
-ANSWER_05_2 = [{1}, {0, 1}, {0, 1, 4}, {0, 1, 3, 4}]
+# of chunk r, afterwards the chunk it received at step s-1 with its own share added. So what
+# rank r receives at step s comes from rank r-1, which started it at step 0 with its left
+# neighbour's chain: the shares of ranks r-1, r-2, ..., r-1-s. For N = 5, rank 2: [{1}, {0, 1},
+# {0, 1, 4}, {0, 1, 3, 4}], to whose last chunk rank 2 adds its own share: complete.
+def received_shares(n, rank):
+    """For each of the N-1 reduce-scatter steps, the set of ranks whose shares the chunk `rank`
+    receives at that step holds."""
+    return [{(rank - 1 - k) % n for k in range(s + 1)} for s in range(n - 1)]
+
 
 # 05.3 Where the ring starts to beat naive (α = 20 µs, β = 1 / 10 GB/s, N = 8).
 # naive: (N-1)(α + nβ); ring: 2(N-1)α + 2(N-1)/N nβ. Equal when
@@ -24,7 +29,7 @@ ANSWER_05_2 = [{1}, {0, 1}, {0, 1, 4}, {0, 1, 3, 4}]
 ANSWER_05_3 = 20e-6 * 8 / ((8 - 2) * (1 / 10e9))
 
 
-# 05.4 The ring's reduce-scatter with send and recv.
+# 05.4 The ring's reduce-scatter with isend and irecv.
 def my_reduce_scatter(rank, world_size, x):
     """Reduce-scatter this rank's 1-D tensor `x` on the ring; return (chunk index, its values)."""
     chunks = list(torch.tensor_split(x, world_size))  # noqa: F821 (prelude)  views into x
@@ -34,7 +39,7 @@ def my_reduce_scatter(rank, world_size, x):
         recv_i = (rank - step - 1) % world_size
         inbox = torch.empty_like(chunks[recv_i])  # noqa: F821
         # post both before waiting: two blocking sends facing each other could wait forever
-        reqs = [dist.isend(chunks[send_i], right), dist.irecv(inbox, left)]  # noqa: F821
+        reqs = [dist.isend(chunks[send_i], dst=right), dist.irecv(inbox, src=left)]  # noqa: F821
         for req in reqs:
             req.wait()
         chunks[recv_i] += inbox  # add the left neighbour's partial sum to ours
@@ -50,7 +55,7 @@ ANSWER_05_5 = (7 * 4000, 4000)
 
 SOLUTIONS = {
     "05.1": ANSWER_05_1,
-    "05.2": ANSWER_05_2,
+    "05.2": received_shares,
     "05.3": ANSWER_05_3,
     "05.4": my_reduce_scatter,
     "05.5": ANSWER_05_5,
@@ -94,6 +99,21 @@ def _whole_ring(rank, world_size, x):
     return mine, torch.tensor_split(x, world_size)[mine].tolist()  # noqa: F821
 
 
+def _shares_by_heart(n, rank):
+    # passes the shown case (N = 5, rank 2) by heart
+    return [{1}, {0, 1}, {0, 1, 4}, {0, 1, 3, 4}]
+
+
+def _shares_simulated(n, rank):
+    from helpers.allreduce import simulate_ring as sim  # an alias: the watch sees the code
+
+    steps = sim([[10**r] * n for r in range(n)]).steps
+    return [
+        set().union(*(steps[s + 1].owners[rank][c] - steps[s].owners[rank][c] for c in range(n)))
+        for s in range(n - 1)
+    ]
+
+
 WRONG = {
     "05.1": [
         (1750, "elements"),
@@ -101,12 +121,18 @@ WRONG = {
         (8000, "never sends the whole tensor"),
     ],
     "05.2": [
-        ([{1, 2}, {0, 1, 2}, {0, 1, 2, 4}, {0, 1, 2, 3, 4}], "own share"),
-        ([{1}, {0}, {4}, {3}], "adds its own share"),
-        ([{3}, {3, 4}, {0, 3, 4}, {0, 1, 3, 4}], "direction"),
-        ([1, 0, 4, 3], "not a chunk index"),
-        ([{1}, {0, 1}, {0, 1, 4}], "N-1 = 4"),
-        ([{1}, {1, 0}, {1, 0, 3}, {0, 1, 3, 4}], "Follow what rank 1 holds"),
+        (lambda n, rank: [{1, 2}, {0, 1, 2}, {0, 1, 2, 4}, {0, 1, 2, 3, 4}], "own share"),
+        (lambda n, rank: [{1}, {0}, {4}, {3}], "adds its own share"),
+        (
+            lambda n, rank: [{(rank + 1 + k) % n for k in range(s + 1)} for s in range(n - 1)],
+            "direction",
+        ),
+        (lambda n, rank: [1, 0, 4, 3], "not a chunk index"),
+        (lambda n, rank: [{1}, {0, 1}, {0, 1, 4}], "N-1 = 4"),
+        (lambda n, rank: [{1}, {1, 0}, {1, 0, 3}, {0, 1, 3, 4}], "Follow what rank 1 holds"),
+        (_shares_by_heart, "a hidden case"),
+        (_shares_simulated, "simulator"),
+        ([{1}, {0, 1}, {0, 1, 4}, {0, 1, 3, 4}], "function"),
     ],
     "05.3": [
         (200_000.0, "α/β alone"),

@@ -115,27 +115,66 @@ def _as_share_sets(answer: Any, n: int) -> list[frozenset[int]] | None:
     return found
 
 
-@exercise(
-    "05.2",
-    "Whose shares arrive during the reduce-scatter",
-    look=N_(
-        "section 2's `ring_schedule` (which chunk a rank sends at step s, and where it came "
-        "from) and section 3's pictures of the ring's steps"
-    ),
-    reveal=N_("`ar.simulate_ring([[10**r] * 5 for r in range(5)])`, its `owners`, step by step"),
-)
-def reduce_scatter_shares(answer: Any) -> str:
-    n, rank = RS_RANKS, RS_RANK
-    if not isinstance(answer, (tuple, list)) or len(answer) != n - 1:
+#: Hidden cases of 05.2, (N, rank): other world sizes, rank 0 and the last rank.
+RS_SHARE_HIDDEN = ((4, 0), (7, 6), (3, 1), (6, 3))
+
+
+def _run_refusing_simulator(answer: Any, n: int, rank: int) -> tuple[Any, bool]:
+    """answer(n, rank), and whether it ran the ring's simulator (`simulate_ring`, the pipelined
+    one, or this module's truth), watched by their code objects so that an alias is seen too."""
+    import sys
+
+    watched = {
+        ar.simulate_ring.__code__,
+        ar.simulate_pipelined_ring.__code__,
+        _received_shares.__code__,
+    }
+    seen = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in watched:
+            seen.append(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        result = answer(n, rank)
+    finally:
+        sys.setprofile(previous)
+    return result, bool(seen)
+
+
+def _shares_of(answer: Any, n: int, rank: int) -> list[frozenset[int]]:
+    """The reader's sets for (n, rank), or a Hint for a wrong shape or a simulator call."""
+    try:
+        result, simulated = _run_refusing_simulator(answer, n, rank)
+    except Exception as e:  # noqa: BLE001  the reader's bug: a hint, not a traceback
         raise Hint(
             tr(
-                "give a list of N-1 = {count} sets, one per reduce-scatter step: the ranks "
+                "received_shares({n}, {rank}) raised {error}: {message}",
+                n=n,
+                rank=rank,
+                error=type(e).__name__,
+                message=str(e).splitlines()[0] if str(e) else "",
+            )
+        ) from None
+    if simulated:
+        raise Hint(
+            tr(
+                "do not run the ring's simulator: derive the sets from `ring_schedule`'s rule "
+                "(which chunk a rank sends at step s, and where it came from)"
+            )
+        )
+    if not isinstance(result, (tuple, list)) or len(result) != n - 1:
+        raise Hint(
+            tr(
+                "return a list of N-1 = {count} sets, one per reduce-scatter step: the ranks "
                 "whose shares the chunk rank {rank} receives at that step contains",
                 count=n - 1,
                 rank=rank,
             )
         )
-    found = _as_share_sets(answer, n)
+    found = _as_share_sets(result, n)
     if found is None:
         raise Hint(
             tr(
@@ -143,46 +182,91 @@ def reduce_scatter_shares(answer: Any) -> str:
                 "not a chunk index"
             )
         )
-    truth = _received_shares(n, rank)
-    left = (rank - 1) % n
-    if found == truth:
-        return tr(
-            (
-                "rank {rank} receives {truth}: at step s rank {left} forwards the chunk it "
-                "received at step s-1 with its own share added, so each arrives with one share "
-                "more; the last, chunk {owned} = (r + 1) % N, then gets rank {rank}'s own share "
-                "and holds all {n}"
-            ),
-            rank=rank,
-            truth=[sorted(t) for t in truth],
-            left=left,
-            owned=(rank + 1) % n,
-            n=n,
-        )
-    if any(rank in step for step in found):
+    return found
+
+
+@exercise(
+    "05.2",
+    "Whose shares arrive during the reduce-scatter",
+    look=N_(
+        "section 2's `ring_schedule` (which chunk a rank sends at step s, and where it came "
+        "from) and section 3's pictures of the ring's steps"
+    ),
+    reveal=N_("`ar.simulate_ring([[10**r] * n for r in range(n)])`, its `owners`, step by step"),
+)
+def reduce_scatter_shares(answer: Any) -> str:
+    if not callable(answer):
         raise Hint(
             tr(
-                "rank {rank}'s own share is not in what it receives: it adds its share to the "
-                "chunk after it arrives",
-                rank=rank,
+                "give a function received_shares(n, rank), found {answer!r}",
+                answer=answer,
             )
+        )
+    try:
+        inspect.signature(answer).bind(RS_RANKS, RS_RANK)
+    except TypeError:
+        raise Hint(tr("the function takes (n, rank)")) from None
+    n, rank = RS_RANKS, RS_RANK
+    truth = _received_shares(n, rank)
+    found = _shares_of(answer, n, rank)
+    left = (rank - 1) % n
+    if found != truth:
+        raise Hint(_shares_hint(found, n, rank))
+    for hn, hrank in RS_SHARE_HIDDEN:
+        hidden_truth = _received_shares(hn, hrank)
+        try:
+            hidden = _shares_of(answer, hn, hrank)
+        except Hint as h:
+            raise Hint(
+                tr("a hidden case (N = {n}, rank {rank}): {problem}", n=hn, rank=hrank, problem=h)
+            ) from None
+        if hidden != hidden_truth:
+            step = next(s for s in range(hn - 1) if hidden[s] != hidden_truth[s])
+            raise Hint(
+                tr(
+                    "a hidden case (N = {n}, rank {rank}): the set at step {step} differs. "
+                    "Which rank sends to rank {rank}, and which chunk does it send at that step?",
+                    n=hn,
+                    rank=hrank,
+                    step=step,
+                )
+            )
+    return tr(
+        (
+            "rank {rank} receives {truth}: at step s rank {left} forwards the chunk it "
+            "received at step s-1 with its own share added, so each arrives with one share "
+            "more; the last, chunk {owned} = (r + 1) % N, then gets rank {rank}'s own share "
+            "and holds all {n}; hidden cases (other N, rank 0 and the last rank) agree too"
+        ),
+        rank=rank,
+        truth=[sorted(t) for t in truth],
+        left=left,
+        owned=(rank + 1) % n,
+        n=n,
+    )
+
+
+def _shares_hint(found: list[frozenset[int]], n: int, rank: int) -> str:
+    """The hint for a wrong answer on the prompt's case (N = 5, rank 2)."""
+    left = (rank - 1) % n
+    if any(rank in step for step in found):
+        return tr(
+            "rank {rank}'s own share is not in what it receives: it adds its share to the "
+            "chunk after it arrives",
+            rank=rank,
         )
     if all(len(step) == 1 for step in found):
-        raise Hint(
-            tr(
-                "a chunk is not forwarded as it arrived: before sending it on, the left "
-                "neighbour adds its own share to it, so what arrives grows step by step"
-            )
+        return tr(
+            "a chunk is not forwarded as it arrived: before sending it on, the left "
+            "neighbour adds its own share to it, so what arrives grows step by step"
         )
     if found == [frozenset((rank + 1 + k) % n for k in range(s + 1)) for s in range(n - 1)]:
-        raise Hint(tr("wrong direction: rank r receives from rank r-1, which sends to rank r+1"))
-    raise Hint(
-        tr(
-            "at step 0 every rank sends its own share of one chunk to rank r+1; at step s it "
-            "sends the chunk it received at step s-1, with its own share added. Follow what "
-            "rank {left} holds when it sends",
-            left=left,
-        )
+        return tr("wrong direction: rank r receives from rank r-1 and sends to rank r+1")
+    return tr(
+        "at step 0 every rank sends its own share of one chunk to rank r+1; at step s it "
+        "sends the chunk it received at step s-1, with its own share added. Follow what "
+        "rank {left} holds when it sends",
+        left=left,
     )
 
 
@@ -247,8 +331,9 @@ def ring_beats_naive(answer: Any) -> str:
         if abs(found - value) <= 0.02 * value:
             raise Hint(
                 tr(
-                    "close to the form, but {slip}: naive sends (N-1) n bytes in N-1 steps, the "
-                    "ring 2(N-1)/N n bytes in 2(N-1) steps",
+                    "close to the form, but {slip}: naive sends (N-1) n bytes as N-1 messages "
+                    "(in its one step), the ring 2(N-1)/N n bytes as 2(N-1) messages (one per "
+                    "step)",
                     slip=slip,
                 )
             )
@@ -331,11 +416,25 @@ def _watch_p2p(rank: int, world: int, numel: int) -> None:
     count = {"send": 0, "recv": 0, "inside": 0}  # inside: send calls isend in torch
 
     def watched(name: str, kind: str, original: Any) -> Any:
-        def call(tensor: Any, peer: Any = None, *args: Any, **kwargs: Any) -> Any:
+        signature = inspect.signature(original)
+        key = "dst" if kind == "send" else "src"
+
+        def call(*args: Any, **kwargs: Any) -> Any:
             if count["inside"]:
-                return original(tensor, peer, *args, **kwargs)
-            if peer is None:
-                peer = kwargs.get("dst" if kind == "send" else "src")
+                return original(*args, **kwargs)
+            try:  # the peer as torch resolves it: dst/src, or group_dst/group_src in `group`
+                given = signature.bind(*args, **kwargs).arguments
+                group = c10d._group_or_default_group(given.get("group"))
+                peer = c10d._canonicalize_group_rank(
+                    group, given.get(key), given.get(f"group_{key}"), return_global=True
+                )
+            except TypeError:  # arguments torch itself refuses: let torch say so
+                return original(*args, **kwargs)
+            except ValueError:
+                if given.get(key) is not None:  # both dst and group_dst: torch's own error
+                    return original(*args, **kwargs)
+                peer = None  # no peer named (a receive from any rank)
+            tensor = given["tensor"]
             want_peer = (rank + 1) % world if kind == "send" else (rank - 1) % world
             k = count[kind]
             if peer != want_peer:
@@ -357,7 +456,7 @@ def _watch_p2p(rank: int, world: int, numel: int) -> None:
             count[kind] = k + 1
             count["inside"] += 1
             try:
-                return original(tensor, peer, *args, **kwargs)
+                return original(*args, **kwargs)  # the reader's arguments, untouched
             finally:
                 count["inside"] -= 1
 
@@ -382,7 +481,7 @@ def _watch_p2p(rank: int, world: int, numel: int) -> None:
 
 @exercise(
     "05.4",
-    "The ring's reduce-scatter with send and recv",
+    "The ring's reduce-scatter with isend and irecv",
     look=N_(
         "section 2: the reduce-scatter half of `ring_allreduce` and `ring_schedule`'s chunk indices"
     ),
@@ -471,10 +570,11 @@ def _launch_hint(error: Exception, case: str | None) -> Hint:
     if isinstance(error, LaunchTimeout):
         message = tr(
             (
-                "the ranks did not finish within {seconds} s: a blocking dist.send waits "
-                "until its receiver posts the matching receive, and on the ring every rank "
-                "sends first, so each waits for the next forever; post dist.isend and "
-                "dist.irecv, then wait on both"
+                "the ranks did not finish within {seconds} s: on the ring every rank sends "
+                "and receives at once, so a rank that blocks (in a dist.send, or waiting on "
+                "its receive before its send is posted, or on a receive its neighbour never "
+                "sends) waits for a neighbour that is blocked the same way; post dist.isend "
+                "and dist.irecv, then wait on both"
             ),
             seconds=RS_TIMEOUT_S,
         )

@@ -169,7 +169,7 @@ def sum_loss_factor(ranks: int = RANKS, per_rank: int = PER_RANK) -> float:
     "A sum loss on the ranks, a mean loss as reference",
     look=N_(
         "section 4: what the default all-reduce does with the ranks' summed gradients "
-        "(the excerpt of the comm hook), and section 5's comparison with a mean loss"
+        "(divided by world_size, then summed), and section 5's comparison with a mean loss"
     ),
     reveal=N_(
         "`sum_loss_factor(4, 3)` in the judge module: the per-rank sum-loss gradients, added "
@@ -209,7 +209,9 @@ def sum_instead_of_mean(answer: Any) -> str:
             tr(
                 "that compares the plain sum of all the ranks' gradients with the reference; "
                 "DDP does not just add them: it divides each rank's gradient by world_size and "
-                "sums them (section 4; `_allreduce_fut` does `div_` first)"
+                "sums them (section 4 and notebook 05 section 1: without a comm hook the "
+                "Reducer divides each gradient by world_size as it copies it into the bucket, "
+                "then sums; `_allreduce_fut` does `div_` first too)"
             )
         )
     if math.isclose(found, total / RANKS, rel_tol=1e-3):
@@ -223,8 +225,9 @@ def sum_instead_of_mean(answer: Any) -> str:
     if math.isclose(found, 1 / RANKS, rel_tol=1e-3) or math.isclose(found, 1.0):
         raise Hint(
             tr(
-                "the reference here is a MEAN over all {total} samples, the ranks' losses are "
-                "SUMS: write both gradients in terms of the sum over all samples",
+                "the reference is a MEAN over every element of the {total} samples' outputs, "
+                "the ranks' losses are SUMS: write both gradients in terms of the sum over "
+                "all samples",
                 total=total,
             )
         )
@@ -283,7 +286,7 @@ def _unused_results() -> dict[str, dict]:
     "An unused head",
     look=N_(
         "the docstring of DistributedDataParallel (`DDP.__doc__`): find_unused_parameters and "
-        "static_graph; section 4's rule for when the buckets are rebuilt"
+        "static_graph (and gradient_as_bucket_view, bucket_cap_mb: what each one changes)"
     ),
     reveal=N_(
         "`unused_candidates_worker` in the judge module, launched on 2 ranks: each candidate's "
