@@ -44,6 +44,8 @@ WRONG = {
         ((128, 512, 128), "count"),
         ((129, 129, 128), "all W ranks"),
         ((129, 516, 512), "no factor W"),
+        ((129, 387, 128), "receives from the others"),
+        ((129, 500, 128), "how many ranks' vectors"),
         ((192, 768, 128), "ONE number per rank"),
         ((129.9, 516.7, 128.99), "whole number"),
     ],

@@ -58,7 +58,7 @@ WRONG = {
         ((4, 4), "SUMS"),
         ((4, 6), "how many"),
     ],
-    "08.3": [(11, "above 1.0"), (9, "still keeps"), (2.5, "whole number")],
+    "08.3": [(11, "too large"), (9, "still keeps"), (2.5, "whole number")],
     "08.4": [
         (65536, "init_scale"),
         (2, "rounds to 0"),
@@ -164,6 +164,6 @@ WRONG["08.5"] = [
     (_sync_every, "every backward all-reduces"),
     (_backward_only_inside, "forward that decides"),
     (lambda ddp, micro: None, "run each micro-batch once"),
-    (_one_backward, "one after each forward"),
+    (_one_backward, "not interleaved"),
     (_no_accumulation, "each whole and in order"),
 ]

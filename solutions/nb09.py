@@ -1,13 +1,14 @@
 """Worked solutions to notebook 09's exercises (training with torchrun)."""
 
-# 09.1 The environment variables `init_process_group(init_method="env://")` reads.
-# show_source(torch.distributed.rendezvous._env_rendezvous_handler) calls
-# `_get_env_or_raise(...)` for RANK and WORLD_SIZE (unless they were passed as arguments), then
-# MASTER_ADDR and MASTER_PORT: where the store listens (rank 0's without torchrun, the agent's under
-# torchrun, 09 section 6). torchrun sets more (section 5's
+# 09.1 The environment variables `init_process_group("gloo", init_method="env://", rank=0)`
+# requires. `rendezvous` appends rank=0 to the URL's query (env://?rank=0);
+# show_source(torch.distributed.rendezvous._env_rendezvous_handler) takes the rank from the query
+# and so never calls `_get_env_or_raise("RANK")`; world_size is not in the query, so it reads
+# WORLD_SIZE, then MASTER_ADDR and MASTER_PORT: where the store listens (rank 0's without
+# torchrun, the agent's under torchrun, 09 section 6). torchrun sets more (section 5's
 # `worker_env`): LOCAL_RANK and TORCHELASTIC_RESTART_COUNT are for the script (device choice,
 # resume), not for env://.
-ENV_NAMES = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+ENV_NAMES = {"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 
 # 09.2 --epochs 4, TRAIN_DDP_KILL_AT=0:3, --max-restarts=1: the `attempt` of each record.
 # Attempt 0 runs epochs 1 and 2 and saves last.pt after each (2 records, attempt 0). In epoch 3
@@ -33,15 +34,16 @@ SOLUTIONS = {"09.1": ENV_NAMES, "09.2": ATTEMPTS, "09.3": RESTARTS, "09.4": REFU
 
 WRONG = {
     "09.1": [
-        ({"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"}, "LOCAL_RANK"),
-        ({"RANK", "WORLD_SIZE"}, "TCPStore"),
+        ({"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}, "URL's query"),  # section 1's 4
+        ({"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"}, "LOCAL_RANK"),
+        ({"WORLD_SIZE"}, "TCPStore"),
         ({"MASTER_ADDR", "MASTER_PORT"}, "missing"),
-        ("RANK", "set of names"),
+        ("WORLD_SIZE", "set of names"),
         (
-            {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "GROUP_RANK"},
+            {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"},
             "2 of your names",
         ),  # more than one extra: none is named
-        ({"rank", "world_size", "master_addr", "master_port"}, "case-sensitive"),
+        ({"world_size", "master_addr", "master_port"}, "case-sensitive"),
     ],
     "09.2": [
         ([0, 0, 0, 1], "before its checkpoint"),

@@ -286,8 +286,20 @@ def collective_sizes(answer: Any) -> str:
         raise Hint(
             tr("an all-gather leaves every rank with all W ranks' vectors, not only its own")
         )
+    if found[1] == (w - 1) * found[0]:
+        raise Hint(
+            tr(
+                "that is what a rank receives from the others; after the all-gather it also "
+                "holds its own vector"
+            )
+        )
     if found[1] != truth[1]:
-        raise Hint(tr("after the all-gather each rank holds W = 4 vectors of 2C + 1"))
+        raise Hint(
+            tr(
+                "after the all-gather, how many ranks' vectors does each rank hold, of how many "
+                "numbers each?"
+            )
+        )
     if found[2] in (truth[1], w * 2 * c):
         raise Hint(tr("backward all-reduces (sums in place), it does not gather: no factor W"))
     if found[2] == 2 * c + 1:

@@ -53,7 +53,10 @@ def buckets_of(model: torch.nn.Module) -> int:
 @exercise(
     "08.1",
     "All-reduces per optimizer step, with and without no_sync",
-    look=N_("section 3's table of all-reduces, and how DDP's bucket caps split the parameters"),
+    look=N_(
+        "notebook 06: how the caps (1 MiB first, 25 MiB after) split the parameters (a bucket "
+        "closes once it reaches its cap), and section 3's all-reduce counts"
+    ),
     reveal=N_(
         "`dist._compute_bucket_assignment_by_size(params, caps)` for the four weights with "
         "caps [1 MiB, 25 MiB] (b buckets), then (b, K x b)"
@@ -88,7 +91,7 @@ def allreduces_per_step(answer: Any) -> str:
             tr(
                 (
                     "without no_sync every micro-batch's backward all-reduces each bucket: {k} "
-                    "micro-batches x the number of buckets (section 3's table, 'sync every "
+                    "micro-batches x the number of buckets (section 3's counts, 'sync every "
                     "micro-batch')"
                 ),
                 k=k,
@@ -122,12 +125,15 @@ def allreduces_per_step(answer: Any) -> str:
             "({b}, {k_b}): the four 16 MiB weights make {b} buckets (the first closes at "
             "1 MiB, the others at 25 MiB); only the last backward syncs, one all-reduce per "
             "bucket, carrying the accumulated gradient of all {k} micro-batches; syncing "
-            "every micro-batch costs {k}x. (In the very first step DDP still uses one bucket "
-            "and rebuilds its buckets at the next forward.)"
+            "every micro-batch costs {k}x. (In the first step the no_sync variant all-reduces "
+            "one bucket once; the other rebuilds its buckets after its first micro-batch: "
+            "1 + {k_1} x {b} = {first}.)"
         ),
         b=b,
         k_b=k * b,
         k=k,
+        k_1=k - 1,
+        first=1 + (k - 1) * b,
     )
 
 
@@ -271,19 +277,17 @@ def largest_k(answer: Any) -> str:
         raise Hint(
             tr(
                 (
-                    "at K = {k} the scaled lr is {lr_k:.3g}, above 1.0: the effective batch "
-                    "world_size x micro_batch x K grows the lr linearly"
+                    "K = {k} is too large: the effective batch world_size x micro_batch x K "
+                    "scales the lr linearly from 0.1 at 256, and that lr passes 1.0"
                 ),
                 k=k,
-                lr_k=lr(k),
             )
         )
     if lr(k + 1) <= 1.0:
         raise Hint(
             tr(
-                "K = {k_1} still keeps the scaled lr at or below 1.0 ({lr_k_1:.3g})",
-                k_1=k + 1,
-                lr_k_1=lr(k + 1),
+                "a larger K still keeps the scaled lr at or below 1.0: how does the lr grow "
+                "with the effective batch?"
             )
         )
     plan = accumulation_plan(PLAN["n_samples"], PLAN["world_size"], PLAN["micro_batch"], k,
@@ -536,12 +540,10 @@ def accumulation_loop(answer: Any) -> str:
             raise Hint(
                 where
                 + tr(
-                    "the backwards did not run one after each forward ({found} backwards for "
-                    "{k} forwards, not interleaved): one backward of all the losses at the end "
-                    "keeps every micro-batch's graph in memory at once, which accumulation "
-                    "exists to avoid; backward each micro-batch's loss before the next forward",
-                    found=sum(e == "backward" for e, _ in ddp.events),
-                    k=k,
+                    "the backward did not reach each forward's output before the next forward "
+                    "ran (not interleaved): one backward of all the losses at the end keeps "
+                    "every micro-batch's graph in memory at once, which accumulation exists to "
+                    "avoid; backward each micro-batch's loss before the next forward"
                 )
             )
         if not same:

@@ -1,8 +1,8 @@
 """Judges for notebook 09 (training with torchrun: environment, restarts, checkpoints).
 
 The truths come from the installed torch and the project's script: the names `env://` reads are
-parsed from `torch.distributed.rendezvous._env_rendezvous_handler`, the restart arithmetic is
-checked against the elastic agent's source, a killed run is replayed with
+found by running `torch.distributed.rendezvous.rendezvous` in an emptied environment, the
+restart arithmetic is checked against the elastic agent's source, a killed run is replayed with
 `helpers.train_ddp._kill_step`, and `torch.load(weights_only=True)` is tried on each candidate.
 No judge starts torchrun.
 """
@@ -31,11 +31,27 @@ EPOCHS, KILL_AT = 4, "0:3"
 MAX_RESTARTS = 3  # 09.3
 
 
-def env_names_read() -> set[str]:
-    """The environment variables `init_process_group(init_method="env://")` requires."""
+RANK_PASSED = 0  # 09.1: init_process_group("gloo", init_method="env://", rank=0)
+
+
+def env_names_read(rank: int = RANK_PASSED, world_size: int = -1) -> set[str]:
+    """The environment variables `init_process_group(init_method="env://", rank=rank,
+    world_size=world_size)` requires (-1: not passed), found by running torch's rendezvous
+    in an empty environment, adding each variable its error names (no store is built)."""
     module = importlib.import_module("torch.distributed.rendezvous")  # the package's
-    code = source_view(module._env_rendezvous_handler).code  # `rendezvous` is a function
-    return set(re.findall(r'_get_env_or_raise\("(\w+)"\)', code))
+    env: dict[str, str] = {}  # `rendezvous` is also a function
+    with mock.patch.object(module, "_create_c10d_store", lambda *a, **k: None):
+        for _ in range(10):
+            with mock.patch.dict(os.environ, env, clear=True):
+                try:
+                    next(module.rendezvous("env://", rank, world_size))
+                    return set(env)
+                except ValueError as e:
+                    found = re.search(r"environment variable (\w+) expected", str(e))
+                    if found is None:
+                        raise
+                    env[found.group(1)] = "1"
+    raise AssertionError(f"env:// kept asking: {sorted(env)}")
 
 
 _SET_BY_TORCHRUN_FOR_THE_SCRIPT = {
@@ -60,10 +76,10 @@ _SET_BY_TORCHRUN_FOR_THE_SCRIPT = {
 
 @exercise(
     "09.1",
-    "The environment variables env:// reads",
+    "The environment variables env:// reads when the rank is passed",
     look=N_(
         "the handler `init_process_group` dispatches `env://` to: every `_get_env_or_raise(...)` "
-        "in it"
+        "in it, and what decides whether it is reached"
     ),
     reveal=N_("`torch.distributed.rendezvous._env_rendezvous_handler`, read with `show_source`"),
 )
@@ -83,7 +99,7 @@ def env_variables(answer: Any) -> str:
     if len(extra) > 1:  # name none of them: which ones to drop is the question
         raise Hint(
             tr(
-                "{count} of your names are not read by the env:// handler (torchrun sets more "
+                "{count} of your names are not read by the env:// handler here (torchrun sets more "
                 "variables than env:// needs): keep only those that `_get_env_or_raise` is "
                 "asked for",
                 count=len(extra),
@@ -91,6 +107,14 @@ def env_variables(answer: Any) -> str:
         )
     if extra:
         (name,) = extra
+        if name == "RANK":
+            raise Hint(
+                tr(
+                    "one of your names is passed to `init_process_group` here as an argument: "
+                    "it travels in the URL's query, and the handler looks there before it asks "
+                    "the environment"
+                )
+            )
         if name in _SET_BY_TORCHRUN_FOR_THE_SCRIPT:
             raise Hint(tr(_SET_BY_TORCHRUN_FOR_THE_SCRIPT[name]))
         raise Hint(tr("{sorted_extra}: not read by the env:// handler", sorted_extra=[name]))
@@ -106,17 +130,19 @@ def env_variables(answer: Any) -> str:
         raise Hint(
             tr(
                 (
-                    "{len_missing} name(s) missing: unless rank and world_size are passed to "
-                    "`init_process_group`, env:// reads them from the environment too"
+                    "{len_missing} name(s) missing: what `init_process_group` is not given as an "
+                    "argument, env:// reads from the environment"
                 ),
                 len_missing=len(missing),
             )
         )
     return tr(
         (
-            "{sorted_truth}: the env:// handler raises if one is unset; torchrun "
-            "sets them all (section 5's `worker_env`), plus LOCAL_RANK and "
-            "TORCHELASTIC_* for the script."
+            "{sorted_truth}: rank=0 travels in the URL's query (env://?rank=0), so the handler "
+            "skips RANK and raises if one of these is unset. torchrun sets them all and RANK "
+            "(section 5's `worker_env`), plus others (LOCAL_RANK, GROUP_RANK, "
+            "LOCAL_WORLD_SIZE, ..., TORCHELASTIC_*); the script reads LOCAL_RANK and "
+            "TORCHELASTIC_RESTART_COUNT."
         ),
         sorted_truth=sorted(truth),
     )
@@ -317,8 +343,10 @@ def weights_only_refuses(answer: Any) -> str:
         raise Hint(
             tr(
                 (
-                    "{count} of your names pass weights_only=True: which types does "
-                    "the weights-only unpickler allow without importing a class?"
+                    "{count} of your names pass weights_only=True: a global is allowed when it "
+                    "is in the unpickler's allowlist (`_get_allowed_globals` in "
+                    "`torch/_weights_only_unpickler.py`), which holds some torch types and "
+                    "`collections` and `builtins` containers. Which of your classes are in it?"
                 ),
                 count=len(given - truth),
             )
