@@ -2,15 +2,18 @@
 
 import math
 
-# 13.1 Bytes per rank, 7e9 parameters, 8 ranks, fp32 + AdamW (section 1's accounting; 7e9 is a
-# multiple of 8, so padded = numel = P):
-#   ddp:   params 4P + grads 4P + optimizer 8P (exp_avg, exp_avg_sq)  = 16P       = 112 GB
-#   zero1: 4P + 4P + 12P/8 (ZeRO's fp32 shard copy + 2 moments)       = 9.5P      = 66.5 GB
-#   zero2: 4P + 4P/8 + 12P/8                                          = 6P        = 42 GB
-#   fsdp2: (4P + 4P + 8P) / 8                                         = 2P        = 14 GB
-# Only DDP does not fit in an 80 GB GPU, and that is before activations and buffers.
-P = 7_000_000_000
-BYTES = {"ddp": 16 * P, "zero1": 9.5 * P, "zero2": 6 * P, "fsdp2": 2 * P}
+# 13.1 Bytes per rank in the ZeRO paper's mixed-precision accounting (section 1's quote of its
+# section 3.1): fp16 weight 2 B + fp16 gradient 2 B + K = 12 B of fp32 optimizer state (a copy of
+# the parameters, momentum, variance) per parameter. P = 7.5e9 on N = 64 (a multiple of 64):
+#   ddp:   (2 + 2 + 12) P                   = 16P          = 120 GB
+#   zero1: (2 + 2) P + 12 P / 64            = 4.1875P      = 31.40625 GB
+#   zero2: 2 P + (2 + 12) P / 64            = 2.21875P     = 16.640625 GB
+#   zero3: 16 P / 64                        = 0.25P        = 1.875 GB
+# Section 1's fp32 count gives the same DDP and stage-3 figures but 61.4 and 31.9 GB for stages 1
+# and 2: the weight and gradient they keep whole are 4 bytes each there.
+P = 7_500_000_000
+BYTES = {"ddp": 16 * P, "zero1": 4 * P + 12 * P / 64, "zero2": 2 * P + 14 * P / 64,
+         "zero3": 16 * P / 64}  # fmt: skip
 
 
 # 13.2 FSDP2's local shard shape. `_chunk_with_empty` calls torch.chunk(param, N, dim=0):
@@ -38,7 +41,10 @@ HOOKS = {("hook", 1): None, ("post", 1): 1.0, ("hook", 2): 1.0, ("post", 2): 3.0
 # FSDP2, dim 0 to a multiple of 16 rows: (30, 10) -> 32 x 10 = 320, (30,) -> 32,
 # (30, 30) -> 960, (30,) -> 32, (6, 30) -> 16 x 30 = 480, (6,) -> 16; sum 1840, / 16 = 115
 # elements: 460 bytes.
-GRAD_BYTES = (372, 460)
+# Rank 14's local piece, chunks of ceil(rows / 16): the 30-row parameters are cut into 15 chunks
+# of 2 rows, so rank 14 owns rows 28-29 of each: 20 + 2 + 60 + 2 = 84 elements; the 6-row ones
+# into 6 chunks of 1 row, none for rank 14. 84 x 4 = 336 bytes (rank 15 owns 0 and stores 460).
+GRAD_BYTES = (372, 460, 336)
 
 SOLUTIONS = {"13.1": BYTES, "13.2": shard_shape, "13.3": HOOKS, "13.4": GRAD_BYTES}
 
@@ -101,12 +107,14 @@ def _alias(global_shape, world_size, rank):
 
 WRONG = {
     "13.1": [
-        ({**BYTES, "ddp": 2 * P}, "does not shard"),
-        ({**BYTES, "fsdp2": 16 * P}, "FSDP2 shards"),
-        ({**BYTES, "zero1": 9 * P}, "12 bytes"),
-        ({**BYTES, "zero2": 9.5 * P}, "gradients too"),
-        ({**BYTES, "zero2": 7 * P}, "keep whole"),
-        ({**BYTES, "fsdp2": 2.5 * P}, "no extra fp32 copy"),
+        ({**BYTES, "ddp": 16 * P / 64}, "does not shard"),
+        ({**BYTES, "zero3": 16 * P}, "stage 3 shards"),
+        ({**BYTES, "zero1": 8 * P + 12 * P / 64}, "fp32 accounting"),
+        ({**BYTES, "zero2": 4 * P + 16 * P / 64}, "fp32 accounting"),
+        ({**BYTES, "zero1": 4 * P + 8 * P / 64}, "K = 12"),
+        ({**BYTES, "zero2": BYTES["zero1"]}, "gradients too"),
+        ({**BYTES, "zero2": 3 * P}, "keep whole"),
+        ({**BYTES, "zero1": 31.4}, "not GB"),
         ({"ddp": 16 * P}, "keys"),
     ],
     "13.2": [
@@ -128,14 +136,17 @@ WRONG = {
         ({("hook", 1): None, ("post", 1): 1.0}, "keys"),
     ],
     "13.4": [
-        ((361.5, 460), "padded with zeros"),
-        ((5784, 460), "full gradient"),
-        ((364, 460), "on its own"),
-        ((372, 372), "dim 0"),
-        ((372, 361.5), "buffer"),
-        ((372, 398), "depends on N"),
-        ((363, 398), "depends on N"),
-        ((372, 7360), "whole padded"),
-        (372, "pair"),
+        ((361.5, 460, 336), "padded with zeros"),
+        ((5784, 460, 336), "full gradient"),
+        ((364, 460, 336), "on its own"),
+        ((372, 372, 336), "dim 0"),
+        ((372, 361.5, 336), "buffer"),
+        ((372, 398, 336), "depends on N"),
+        ((363, 398, 336), "depends on N"),
+        ((372, 7360, 336), "whole padded"),
+        ((372, 460, 460), "unpadded"),
+        ((372, 460, 361.5), "uneven"),
+        ((372, 460, 0), "which rows"),
+        ((372, 460), "triple"),
     ],
 }

@@ -1,6 +1,7 @@
 """Judges for notebook 13 (ZeRO from scratch and FSDP2): bytes, shards and hooks.
 
-The truths come from `helpers.sharded` (`memory_formula`, `padded_numel`, `make_model`), from
+The truths come from the ZeRO paper's mixed-precision accounting (13.1, with torch's dtype sizes),
+from `helpers.sharded` (`memory_formula`, `padded_numel`, `make_model`), from
 FSDP2's own chunking (`_chunk_with_empty`, `_get_dim_chunked_size` in
 torch/distributed/fsdp/_fully_shard/_fsdp_common.py), on which the reader's `shard_shape` runs
 in-process on the shown case and hidden ones, and from autograd itself (two hooks on a leaf,
@@ -27,13 +28,14 @@ from helpers import sharded
 from helpers.exercises import N_, Hint, as_int, exercise, tr
 
 SCHEMES = ("ddp", "zero1", "zero2", "fsdp2")
-BIG_NUMEL, BIG_RANKS = 7_000_000_000, 8  # 13.1
+BIG_NUMEL, BIG_RANKS = 7_500_000_000, 64  # 13.1
 SHOWN_SHAPE, SHOWN_RANKS = (6, 30), 4  # 13.2: the last Linear's weight, the prompt's case
 #: 13.2's hidden cases: uneven dim 0, world size 3, dim 0 smaller than the world size (empty
 #: shards), 1-D and 3-D parameters
 HIDDEN_SHAPES = [((13, 3), 4), ((7, 5), 3), ((10, 2), 3), ((2, 4), 4), ((5,), 4), ((9, 3, 2), 4),
                  ((1,), 3)]  # fmt: skip
 GRAD_RANKS = 16  # 13.4 (at 4 and 8 ranks the FSDP2 figure scales from section 4's printed one)
+LOCAL_RANK = 14  # 13.4: the rank whose unpadded local piece is asked (rank 15 holds none)
 
 
 def _num(value: Any) -> float | None:
@@ -66,35 +68,59 @@ def _close_enough(a: Any, b: float) -> bool:
     return a is not None and abs(a - b) <= 0.01 * b
 
 
-def bytes_per_rank(numel: int = BIG_NUMEL, world_size: int = BIG_RANKS) -> dict[str, float]:
-    """Total bytes per rank (params + grads + optimizer) of each scheme, by `memory_formula`."""
+STAGES = ("ddp", "zero1", "zero2", "zero3")  # 13.1: the paper's P_os, P_os+g, P_os+g+p
+
+
+def fp32_bytes_per_rank(numel: int, world_size: int) -> dict[str, float]:
+    """Section 1's fp32 accounting by `memory_formula` (the usual wrong answer to 13.1)."""
     padded = sharded.padded_numel(numel, world_size)
     return {
-        s: float(sum(sharded.memory_formula(numel, padded, world_size, s).values()))
-        for s in SCHEMES
+        t: float(sum(sharded.memory_formula(numel, padded, world_size, s).values()))
+        for t, s in zip(STAGES, SCHEMES, strict=True)
+    }
+
+
+def mixed_bytes_per_rank(numel: int = BIG_NUMEL, world_size: int = BIG_RANKS) -> dict[str, float]:
+    """Bytes per rank under the ZeRO paper's mixed-precision Adam (section 1's quote).
+
+    fp16 parameters and gradients (2 + 2 bytes) and K = 12 bytes of fp32 optimizer state (a
+    copy of the parameters, momentum, variance); stage 1 shards the optimizer state, stage 2
+    the gradients too, stage 3 the parameters too. Sizes from torch's dtypes.
+    """
+    half, k = torch.float16.itemsize, 3 * torch.float32.itemsize
+    p, n = numel, world_size
+    return {
+        "ddp": float((half + half + k) * p),
+        "zero1": (half + half) * p + k * p / n,
+        "zero2": half * p + (half + k) * p / n,
+        "zero3": (half + half + k) * p / n,
     }
 
 
 @exercise(
     "13.1",
-    "Bytes per rank for a 7-billion-parameter model on 8 ranks",
+    "The ZeRO paper's mixed-precision bytes per rank, 7.5e9 parameters on 64 ranks",
     look=N_(
-        "section 1: the bytes per element of weight, gradient and AdamW state, and which of "
-        "them each scheme divides by N"
+        "section 1's quote of the paper's section 3.1: 2 + 2 bytes of fp16 weight and gradient, "
+        "K = 12 of fp32 optimizer state, and which of them each stage divides by N"
     ),
-    reveal=N_("`sharded.memory_formula(7e9, 7e9, 8, scheme)`, its three entries summed"),
+    reveal=N_(
+        "`nb13.mixed_bytes_per_rank(7_500_000_000, 64)`: (2 + 2 + 12) P for DDP, "
+        "(2 + 2) P + 12 P / N, 2 P + 14 P / N, 16 P / N"
+    ),
 )
 def big_model_bytes(answer: Any) -> str:
-    if not isinstance(answer, dict) or set(answer) != set(SCHEMES):
+    if not isinstance(answer, dict) or set(answer) != set(STAGES):
         raise Hint(
             tr(
                 "give a dict with the keys {list_schemes}: total bytes per rank each",
-                list_schemes=list(SCHEMES),
+                list_schemes=list(STAGES),
             )
         )
-    truth = bytes_per_rank()
     n, p = BIG_RANKS, BIG_NUMEL
-    for s in SCHEMES:
+    truth = mixed_bytes_per_rank(p, n)
+    fp32 = fp32_bytes_per_rank(p, n)
+    for s in STAGES:
         a = answer[s]
         if _close(a, truth[s]):
             continue
@@ -111,21 +137,26 @@ def big_model_bytes(answer: Any) -> str:
                 )
         if s == "ddp" and _close(a, truth[s] / n):
             raise Hint(tr("DDP does not shard: every rank holds all 16 bytes per parameter"))
-        if s == "fsdp2" and _close(a, 16 * p):
-            raise Hint(tr("FSDP2 shards parameters, gradients and optimizer state: all of it / N"))
-        if s == "fsdp2" and _close(a, 20 * p / n):
+        if s == "zero3" and _close(a, truth["ddp"]):
+            raise Hint(
+                tr("stage 3 shards parameters, gradients and optimizer state: all of it / N")
+            )
+        if _close(a, fp32[s]):
             raise Hint(
                 tr(
-                    "FSDP2 runs torch's AdamW on the local shards: 8 bytes per element, no "
-                    "extra fp32 copy"
+                    (
+                        "{s}: that is section 1's fp32 accounting; the paper's is mixed "
+                        "precision: the weight and the gradient are fp16, 2 bytes each"
+                    ),
+                    s=s,
                 )
             )
         if s in ("zero1", "zero2") and _close(a, truth[s] - 4 * p / n):
             raise Hint(
                 tr(
                     (
-                        "{s}: ZeroAdamW keeps 12 bytes per owned element (its fp32 copy of the "
-                        "shard plus exp_avg and exp_avg_sq), not 8"
+                        "{s}: mixed-precision Adam keeps K = 12 bytes per owned element (an fp32 "
+                        "copy of the parameters plus momentum and variance), not 8"
                     ),
                     s=s,
                 )
@@ -133,26 +164,27 @@ def big_model_bytes(answer: Any) -> str:
         if s == "zero1" and _close(a, truth["zero2"]):
             raise Hint(tr("zero1 shards only the optimizer state; the gradients stay full"))
         if s == "zero2" and _close(a, truth["zero1"]):
-            raise Hint(tr("zero2 shards the gradients too: 4 bytes x padded / N"))
+            raise Hint(tr("zero2 shards the fp16 gradients too: 2 bytes x P / N"))
         raise Hint(
             tr(
                 (
-                    "{s} is off: per element, which of weight (4 B), gradient (4 B) and optimizer "
-                    "state does {s} keep whole, and which 1/N of?"
+                    "{s} is off: per element, which of fp16 weight (2 B), fp16 gradient (2 B) "
+                    "and fp32 optimizer state (12 B) does {s} keep whole, and which 1/N of?"
                 ),
                 s=s,
             )
         )
-    gb = {s: f"{v / 1e9:.1f}" for s, v in truth.items()}
-    fits = [s for s in SCHEMES if truth[s] <= 80e9]
+    gb = {s: f"{v / 1e9:.3f}" for s, v in truth.items()}
     return tr(
         (
-            "GB per rank {gb}: only {fits} fit their model states in an 80 GB GPU "
-            "(activations and the all-gather, reduce-scatter and bucket buffers not counted); "
-            "DDP needs 16 B x 7e9 = 112 GB on every rank."
+            "GB per rank {gb}: the same 16 bytes per parameter as section 1's fp32 count for DDP "
+            "({ddp:.0f} GB), but stage 1 keeps {zero1:.1f} GB here against {fp32_zero1:.1f} GB "
+            "in fp32, because the weight and the gradient left whole are 2 bytes each, not 4."
         ),
         gb=gb,
-        fits=fits,
+        ddp=truth["ddp"] / 1e9,
+        zero1=truth["zero1"] / 1e9,
+        fp32_zero1=fp32["zero1"] / 1e9,
     )
 
 
@@ -454,8 +486,12 @@ def _grad_value(value: Any) -> float | None | str:
     "13.3",
     "When each gradient hook runs",
     look=N_(
-        "section 3: stage 2 reduces in a post-accumulate-grad hook and then drops the full "
-        "gradient; AccumulateGrad is the node that writes .grad"
+        "torch's docs of the two Tensor methods: register_post_accumulate_grad_hook \"will be "
+        "called after all gradients for a tensor have been accumulated, meaning that the .grad "
+        'field has been updated"; register_hook\'s hook is called "every time a gradient with '
+        'respect to the Tensor is computed" and "can optionally return a new gradient which '
+        "will be used in place of grad\" (AccumulateGrad, the node that writes a leaf's .grad: "
+        "nb14 section 6)"
     ),
     reveal=N_("`helpers.exercises.nb13.hook_timeline()`: the two hooks, two backward passes"),
 )
@@ -540,25 +576,38 @@ def grad_bytes(world_size: int = GRAD_RANKS) -> tuple[float, float]:
     return zero2, fsdp2
 
 
+def local_grad_bytes(rank: int = LOCAL_RANK, world_size: int = GRAD_RANKS) -> int:
+    """Bytes of gradient in rank `rank`'s unpadded FSDP2 local piece, from FSDP2's chunking."""
+    return sum(
+        4 * math.prod(fsdp2_local_shapes(tuple(p.shape), world_size)[rank])
+        for p in sharded.make_model().parameters()
+    )
+
+
 @exercise(
     "13.4",
-    "ZeRO-2's and FSDP2's gradient bytes per rank at N = 16, padding included",
+    "ZeRO-2's and FSDP2's gradient bytes per rank at N = 16, and rank 14's local piece",
     look=N_(
         "section 2's padding rule (ZeRO: each flattened parameter to a multiple of N) and "
-        "section 4's (FSDP2: dim 0 to a multiple of N)"
+        "section 4's (FSDP2: every rank stores a first chunk, ceil(rows / N) rows), and "
+        "13.2's rule for the rows a rank owns"
     ),
     reveal=N_(
         "`sharded.padded_numel(numel, 16)` and `sharded.fsdp_padded_numel(shape, 16)` per "
-        "parameter, then `sharded.memory_formula(...)`'s grads entry"
+        "parameter, then `sharded.memory_formula(...)`'s grads entry; rank 14's piece: "
+        "`nb13.fsdp2_local_shapes(shape, 16)[14]` per parameter, 4 bytes an element"
     ),
 )
 def padded_grads(answer: Any) -> str:
-    if not (isinstance(answer, (tuple, list)) and len(answer) == 2) or any(
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 3) or any(
         _num(a) is None for a in answer
     ):
-        raise Hint(tr("give a pair of numbers of bytes: (ZeRO-2, FSDP2)"))
-    zero2, fsdp2 = (_num(a) for a in answer)
+        raise Hint(
+            tr("give a triple of numbers of bytes: (ZeRO-2, FSDP2, FSDP2's local piece on rank 14)")
+        )
+    zero2, fsdp2, local = (_num(a) for a in answer)
     t_zero2, t_fsdp2 = grad_bytes()
+    t_local = local_grad_bytes()
     n = GRAD_RANKS
     params = list(sharded.make_model().parameters())
     numel = sum(p.numel() for p in params)
@@ -583,7 +632,12 @@ def padded_grads(answer: Any) -> str:
             raise Hint(tr("that is DDP's and ZeRO-1's full gradient; ZeRO-2 keeps only its shard"))
         if zero2 == 4 * math.ceil(numel / n):
             raise Hint(tr("ZeroAdamW pads every parameter on its own, not the whole model at once"))
-        raise Hint(tr("ZeRO-2: 4 bytes x (each parameter's element count, padded) summed, / N"))
+        raise Hint(
+            tr(
+                "ZeRO-2: how many elements of the (6,) bias does each of 16 ranks store, once it "
+                "is padded to a multiple of N? Then the other five parameters"
+            )
+        )
     if fsdp2 != t_fsdp2:
         if fsdp2 == s_fsdp2:
             raise Hint(
@@ -611,16 +665,38 @@ def padded_grads(answer: Any) -> str:
             raise Hint(tr("that is the whole padded gradient; each rank stores 1/N of it"))
         raise Hint(
             tr(
-                "FSDP2: every rank stores ceil(rows / N) rows of each parameter; add them up "
-                "over the six parameters, 4 bytes each"
+                "FSDP2: how many rows of the (6, 30) weight does each of 16 ranks store, padding "
+                "included? Then the other five parameters"
+            )
+        )
+    if local != t_local:
+        if local == t_fsdp2:
+            raise Hint(
+                tr(
+                    "that is what rank 14 stores; its local piece is unpadded: only the rows "
+                    "it owns"
+                )
+            )
+        if local == 4 * numel / n:
+            raise Hint(tr("FSDP2's local pieces are uneven: an even 1/N is nobody's piece"))
+        raise Hint(
+            tr(
+                "which rows of each parameter does rank 14 own, in chunks of ceil(rows / N) "
+                "that may run out before the last ranks?"
             )
         )
     return tr(
         (
-            "({t_zero2:.0f}, {t_fsdp2:.0f}) B: ZeRO-2 pads each flattened parameter to a "
+            "({t_zero2:.0f}, {t_fsdp2:.0f}, {t_local:.0f}) B: ZeRO-2 pads each flattened "
+            "parameter to a "
             "multiple of {n} ({numel} -> {padded} elements, / {n}); FSDP2 pads dim 0, so the "
-            "(6, 30) weight and its bias store one row each per rank although 6 < {n}."
+            "(6, 30) weight and its bias store one row each per rank although 6 < {n}. Rank 14's "
+            "local piece is {t_local:.0f} B (the last 2 rows of each 30-row parameter, nothing of "
+            "the 6-row ones) and rank 15's is {last:.0f} B: it stores {t_fsdp2:.0f} B of "
+            "padding only."
         ),
+        t_local=t_local,
+        last=local_grad_bytes(n - 1),
         t_zero2=t_zero2,
         t_fsdp2=t_fsdp2,
         n=n,

@@ -100,7 +100,11 @@ def ddp_optimizer_layers(
 
 
 def _walk(sizes: list[int], cap: int, first_cap: int, strict: bool = False) -> list[list[int]]:
-    """A walk from the last layer, for recognising two usual mistakes (never the truth)."""
+    """A walk from the last layer, for recognising two usual mistakes.
+
+    With strict=False and the two caps it is the right walk; the truth still comes from
+    DDPOptimizer.
+    """
     buckets: list[list[int]] = [[]]
     size = 0
     for i in reversed(range(len(sizes))):
@@ -460,7 +464,8 @@ def profile_count(answer: Any) -> str:
         return tr(
             (
                 "{truth} = {b} buckets x ({s} x {k} synced backwards + {s} x 1): no_sync "
-                "skips {k_1} of every {k} backwards; the warm-up iterations run in their own "
+                "skips the all-reduce of {k_1} of every {k} backwards; the warm-up iterations "
+                "run in their own "
                 "profile(...) blocks, before the one whose trace is written."
             ),
             truth=truth,
@@ -534,7 +539,7 @@ def skipped_frames() -> set[str]:
     ),
 )
 def skipped(answer: Any) -> str:
-    given = choice_set(answer, sorted(CANDIDATES), tr("names from CANDIDATES"), "{'SGD.step'}")
+    given = choice_set(answer, sorted(CANDIDATES), tr("names from CANDIDATES"), "{'A.f', 'B.g'}")
     truth = skipped_frames()
     ours = {n for n in CANDIDATES if n.startswith("ddp_compile.")}
     if given & ours - truth:
@@ -562,7 +567,7 @@ def skipped(answer: Any) -> str:
                 tr(
                     (
                         "{n} more of them live in packages on MOD_SKIPLIST, torch.nn is not the "
-                        "only one: look up each candidate's module"
+                        "only one: look up the file each candidate's code lives in"
                     ),
                     n=len(missing),
                 )
@@ -571,7 +576,7 @@ def skipped(answer: Any) -> str:
             tr(
                 (
                     "{n} more of them live in packages on MOD_SKIPLIST: {in_nn} in torch.nn, "
-                    "{other} elsewhere; look up each candidate's module"
+                    "{other} elsewhere; look up the file each candidate's code lives in"
                 ),
                 n=len(missing),
                 in_nn=in_nn,
