@@ -42,14 +42,16 @@ Why it is built this way:
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import inspect
 import math
 import numbers
 import re
+import sys
 import textwrap
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +65,9 @@ __all__ = [
     "exercises",
     "launch_source",
     "as_int",
+    "called_names",
+    "binds",
+    "watching",
     "verdict",
     "wrap",
     "NOT_STARTED",
@@ -221,6 +226,56 @@ def _untouched(answer: Any) -> bool:
     if isinstance(answer, dict):
         return any(_untouched(a) for a in answer.values())
     return False
+
+
+def called_names(fn: Any) -> set[str]:
+    """The names a function's source calls (`f(...)` -> "f", `x.f(...)` -> "f"); empty when its
+    source cannot be read. For a judge's first, static refusal of a library call; the run-time
+    refusal (a watch on the library's code objects) catches aliases this cannot see."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+    return names
+
+
+def binds(fn: Any, args: tuple) -> bool:
+    """Whether `fn(*args)` binds: extra defaulted parameters, *args and partials are fine; a
+    callable without a readable signature (a builtin) is left to the call to decide."""
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def watching(codes: set, builtins: set = frozenset()) -> Iterator[list]:
+    """Record, while the block runs, every call of a Python function whose code object is in
+    `codes` (its name) or of a builtin whose id is in `builtins`. At run time (`sys.setprofile`,
+    the previous profiler restored after), so that an alias or a helper defined elsewhere is seen
+    as well as a call by name: a judge's refusal of the library call its exercise replaces."""
+    hits: list = []
+    previous = sys.getprofile()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code in codes:
+            hits.append(frame.f_code.co_name)
+        elif event == "c_call" and id(arg) in builtins:
+            hits.append(getattr(arg, "__name__", "?"))
+
+    sys.setprofile(profile)
+    try:
+        yield hits
+    finally:
+        sys.setprofile(previous)
 
 
 #: The steps' labels (msgids).

@@ -7,15 +7,23 @@ for a callable, the dispatcher's kernel table, a meta tensor's key set, the line
 
 from __future__ import annotations
 
-import ast
 import inspect
 import re
 import sys
-import textwrap
 from pathlib import PurePath
 from typing import Any
 
-from helpers.exercises import N_, Hint, as_int, aten_name, choice_set, exercise, tr
+from helpers.exercises import (
+    N_,
+    Hint,
+    as_int,
+    aten_name,
+    called_names,
+    choice_set,
+    exercise,
+    tr,
+    watching,
+)
 
 #: The operators exercise 00.2 asks about (the starter cell lists the same ones).
 CANDIDATES_00_2 = [
@@ -62,18 +70,7 @@ def _truth_00_1(obj: Any) -> str | None:
         return None
 
 
-def _called_names(fn: Any) -> set[str]:
-    """The names a function's source calls (`f(...)` and `x.f(...)`), or an empty set."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return set()
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            found.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
-    return found
+_called_names = called_names
 
 
 def _module_file(obj: Any) -> str | None:
@@ -93,20 +90,10 @@ def _forbidden_codes() -> set[Any]:
 
 
 def _run_watched(fn: Any, arg: Any, codes: set[Any]) -> tuple[Any, bool]:
-    """fn(arg), and whether it called one of `codes` (under any name), seen by a profiler."""
-    hit = []
-
-    def profile(frame: Any, event: str, _arg: Any) -> None:
-        if event == "call" and frame.f_code in codes:
-            hit.append(frame.f_code.co_name)
-
-    old = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    """fn(arg), and whether it called one of `codes` (under any name), seen at run time."""
+    with watching(codes) as hits:
         got = fn(arg)
-    finally:
-        sys.setprofile(old)
-    return got, bool(hit)
+    return got, bool(hits)
 
 
 def _as_path(value: Any) -> str | None:

@@ -14,7 +14,7 @@ import functools
 import inspect
 from typing import Any
 
-from helpers.exercises import N_, Hint, exercise, tr
+from helpers.exercises import N_, Hint, exercise, tr, watching
 
 #: Exercise 03.3: the ATen ops asked about (all `.default` overloads).
 CANDIDATES_03_3 = ["mse_loss", "gelu", "glu", "sigmoid", "clamp_min", "silu"]
@@ -165,21 +165,9 @@ def _table_entries() -> set[Any]:
 
 def _reaches(fn: Any, x: Any, codes: set[Any]) -> bool:
     """Whether calling fn(x) runs a function whose code object is in `codes` (any alias)."""
-    import sys
-
-    seen = []
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code in codes:
-            seen.append(frame.f_code)
-
-    old = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    with watching(codes) as hits:
         fn(x)
-    finally:
-        sys.setprofile(old)
-    return bool(seen)
+    return bool(hits)
 
 
 def _traced_ops(fn: Any, x: Any, table: Any = None) -> set[Any]:

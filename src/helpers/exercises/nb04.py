@@ -9,17 +9,15 @@ Worked solutions: solutions/nb04.py.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
 import inspect
-import textwrap
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from helpers.exercises import N_, Hint, exercise, launch_source, tr
+from helpers.exercises import N_, Hint, called_names, exercise, launch_source, tr
 
 # 04.1: reduce_scatter on 3 ranks, rank r holds torch.arange(3.) * (r + 1)
 RS_WORLD = 3
@@ -382,15 +380,7 @@ def sampler_shards(answer: Any) -> str:
 # 04.4: all_reduce written as reduce + broadcast, on 2 ranks
 
 
-def _calls(fn: Any) -> set[str]:
-    """Names of the functions `fn` calls (attribute calls by their last name)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            f = node.func
-            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
-    return names
+_calls = called_names
 
 
 def _as_list(value: Any) -> Any:

@@ -16,7 +16,7 @@ import textwrap
 from typing import Any
 
 from helpers import allreduce as ar
-from helpers.exercises import N_, Hint, as_int, exercise, launch_source, tr
+from helpers.exercises import N_, Hint, as_int, exercise, launch_source, tr, watching
 
 # 05.1: the ring's bytes
 NUMEL, ITEMSIZE, WORLD = 1000, 4, 8
@@ -122,26 +122,14 @@ RS_SHARE_HIDDEN = ((4, 0), (7, 6), (3, 1), (6, 3))
 def _run_refusing_simulator(answer: Any, n: int, rank: int) -> tuple[Any, bool]:
     """answer(n, rank), and whether it ran the ring's simulator (`simulate_ring`, the pipelined
     one, or this module's truth), watched by their code objects so that an alias is seen too."""
-    import sys
-
     watched = {
         ar.simulate_ring.__code__,
         ar.simulate_pipelined_ring.__code__,
         _received_shares.__code__,
     }
-    seen = []
-
-    def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code in watched:
-            seen.append(frame.f_code.co_name)
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    with watching(watched) as hits:
         result = answer(n, rank)
-    finally:
-        sys.setprofile(previous)
-    return result, bool(seen)
+    return result, bool(hits)
 
 
 def _shares_of(answer: Any, n: int, rank: int) -> list[frozenset[int]]:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import distributed as ddp_module
 
 from helpers.ddp import accumulation_plan, make_mlp
-from helpers.exercises import N_, Hint, as_int, exercise, tr
+from helpers.exercises import N_, Hint, as_int, called_names, exercise, tr
 
 K_ALLREDUCES = 8  # 08.1: micro-batches per optimizer step
 K_DIVISOR, WORLD_DIVISOR = 4, 2  # 08.2: micro-batches, ranks
@@ -452,17 +452,7 @@ def _accumulation_case(
     return ddp, micro, same
 
 
-def _called_names(fn: Any) -> set[str]:
-    import ast
-    import inspect
-    import textwrap
-
-    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    return {
-        c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", "")
-        for c in ast.walk(tree)
-        if isinstance(c, ast.Call)
-    }
+_called_names = called_names
 
 
 @exercise(

@@ -9,17 +9,15 @@ them needs the C++ build. CPU only.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import re
-import sys
 from typing import Any
 
 import numpy as np
 import torch
 import torch.utils._python_dispatch
 
-from helpers.exercises import N_, Hint, as_int, exercise, tr
+from helpers.exercises import N_, Hint, as_int, exercise, tr, watching
 
 #: What exercise 12.1's schema must declare: (name, type) of each argument, and the returns.
 BLEND_ARGS = [("a", "Tensor"), ("b", "Tensor"), ("alpha", "float")]
@@ -194,21 +192,9 @@ def _schema_type(printed: str) -> str:
     return {"number": "Scalar"}.get(printed, printed)
 
 
-@contextlib.contextmanager
-def _watching(code):
-    """Yields a list that gets an entry when a function with `code` is called (sys.setprofile)."""
-    called: list[bool] = []
-    previous = sys.getprofile()
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code is code:
-            called.append(True)
-
-    sys.setprofile(profile)
-    try:
-        yield called
-    finally:
-        sys.setprofile(previous)
+def _watching(code: Any) -> Any:
+    """A block that records each call of the function with `code` (any alias; `watching`)."""
+    return watching({code})
 
 
 class _NoBoardOps(torch.utils._python_dispatch.TorchDispatchMode):

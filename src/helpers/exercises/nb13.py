@@ -12,20 +12,15 @@ Numbers may come as Python, numpy or 0-d torch scalars (`_num`).
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import inspect
 import math
 import numbers
-import sys
-import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from helpers import sharded
-from helpers.exercises import N_, Hint, as_int, exercise, tr
+from helpers.exercises import N_, Hint, as_int, binds, called_names, exercise, tr, watching
 
 SCHEMES = ("ddp", "zero1", "zero2", "fsdp2")
 BIG_NUMEL, BIG_RANKS = 7_500_000_000, 64  # 13.1
@@ -219,28 +214,10 @@ def _params(fn: Any) -> list[str]:
         return []
 
 
-def _takes(fn: Any, args: tuple) -> bool:
-    """Whether `fn(*args)` binds (extra defaulted parameters, *args and partials are fine)."""
-    try:
-        inspect.signature(fn).bind(*args)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to read (a builtin): let the call decide
-        return True
-    return True
+_takes = binds
 
 
-def _called_names(fn: Any) -> set[str]:
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return set()
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            f = node.func
-            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
-    return names
+_called_names = called_names
 
 
 def _shape(value: Any) -> tuple | None:
@@ -280,27 +257,7 @@ def _library_code() -> tuple[set, set]:
     return codes, builtins
 
 
-@contextlib.contextmanager
-def _watching(codes: set, builtins: set) -> Iterator[list]:
-    """Record, while the block runs, every call of one of `codes` (or `builtins`).
-
-    Run-time, so that an alias (`f = _fsdp_common._chunk_with_empty`) or a helper defined
-    elsewhere is seen as well as a call by name.
-    """
-    hits: list = []
-    old = sys.getprofile()
-
-    def prof(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code in codes:
-            hits.append(frame.f_code.co_name)
-        elif event == "c_call" and id(arg) in builtins:
-            hits.append(getattr(arg, "__name__", "?"))
-
-    sys.setprofile(prof)
-    try:
-        yield hits
-    finally:
-        sys.setprofile(old)
+_watching = watching
 
 
 @exercise(

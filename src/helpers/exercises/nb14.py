@@ -11,13 +11,10 @@ assignment (`dist._compute_bucket_assignment_by_size`) and Dynamo's skip rule
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import inspect
 import re
-import sys
 import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -26,7 +23,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers import ddp_compile
-from helpers.exercises import N_, Hint, as_int, choice_set, exercise, tr
+from helpers.exercises import N_, Hint, as_int, binds, choice_set, exercise, tr, watching
 
 MIB = 2**20
 #: 14.1: the prompt's case (section 3's bucket_cap_mb=3), then hidden ones: (widths of a chain
@@ -139,27 +136,7 @@ def _library_code() -> tuple[set, set]:
     return codes, builtins
 
 
-@contextlib.contextmanager
-def _watching(codes: set, builtins: set) -> Iterator[list]:
-    """Record, while the block runs, every call of one of `codes` (or `builtins`).
-
-    Run-time, so that an alias (`getattr(dist, name)`) or a helper defined elsewhere is seen
-    as well as a call by name.
-    """
-    hits: list = []
-    old = sys.getprofile()
-
-    def prof(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code in codes:
-            hits.append(frame.f_code.co_name)
-        elif event == "c_call" and id(arg) in builtins:
-            hits.append(getattr(arg, "__name__", "?"))
-
-    sys.setprofile(prof)
-    try:
-        yield hits
-    finally:
-        sys.setprofile(old)
+_watching = watching
 
 
 def _params(fn: Any) -> list[str]:
@@ -169,15 +146,7 @@ def _params(fn: Any) -> list[str]:
         return []
 
 
-def _takes(fn: Any, args: tuple) -> bool:
-    """Whether `fn(*args)` binds (extra defaulted parameters, *args and partials are fine)."""
-    try:
-        inspect.signature(fn).bind(*args)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to read (a builtin): let the call decide
-        return True
-    return True
+_takes = binds
 
 
 def _called_names(fn: Any) -> set[str]:

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import inspect
 import numbers
-import sys
 from fractions import Fraction
 from typing import Any
 
 from helpers import pipeline_parallel as pp
-from helpers.exercises import N_, Hint, as_int, exercise, tr
+from helpers.exercises import N_, Hint, as_int, exercise, tr, watching
 
 BUBBLE_P, BUBBLE_V, BUBBLE_UNDER = 8, 2, Fraction(1, 10)  # 16.1
 SLOT_P, SLOT_M, SLOT_RANK, SLOT_AFTER = 6, 12, 1, ("B", 2)  # 16.2
@@ -294,19 +293,9 @@ def _helper_codes() -> set:
 
 def _call_watched(answer: Any, codes: set, args: tuple) -> tuple[Any, bool]:
     """answer(*args), and whether it called one of the notebook's order helpers (any alias)."""
-    seen = []
-
-    def watch(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code in codes:
-            seen.append(frame.f_code.co_name)
-
-    old = sys.getprofile()
-    sys.setprofile(watch)
-    try:
+    with watching(codes) as hits:
         result = answer(*args)
-    finally:
-        sys.setprofile(old)
-    return result, bool(seen)
+    return result, bool(hits)
 
 
 def _as_strings(result: Any) -> list[str]:

@@ -12,11 +12,8 @@ processes.
 
 from __future__ import annotations
 
-import ast
 import inspect
 import math
-import sys
-import textwrap
 from typing import Any
 
 import torch
@@ -24,7 +21,7 @@ import torch.nn.functional as F
 
 from helpers import context_parallel as cp
 from helpers import expert_parallel as ep
-from helpers.exercises import N_, Hint, as_int, exercise, tr
+from helpers.exercises import N_, Hint, as_int, called_names, exercise, tr, watching
 
 WORK_S, WORK_N = 64, 8  # 17.2
 RING_B, RING_H, RING_S, RING_D, RING_N, RING_BYTES = 1, 8, 4096, 64, 4, 4  # 17.3
@@ -146,18 +143,7 @@ def merge_cases() -> list[dict]:
     return cases
 
 
-def _calls(fn: Any) -> set[str]:
-    """The names a function calls (`f(...)`, `x.f(...)`), from its source; empty if unreadable."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return set()
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            f = node.func
-            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
-    return names
+_calls = called_names
 
 
 _LIBRARY_MERGES = {"merge_partial", "_SDPAMerger", "_merge_one", "ring_attention", "reference"}
@@ -178,19 +164,9 @@ def _library_codes() -> set:
 
 def _run_watched(fn: Any, args: list, codes: set) -> tuple[Any, bool]:
     """fn(*args), and whether a Python function whose code is in `codes` ran during it."""
-    seen = []
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code in codes:
-            seen.append(frame.f_code)
-
-    old = sys.getprofile()
-    sys.setprofile(profile)
-    try:
+    with watching(codes) as hits:
         result = fn(*args)
-    finally:
-        sys.setprofile(old)
-    return result, bool(seen)
+    return result, bool(hits)
 
 
 def _difference(got: Any, truth: tuple) -> tuple[str, float] | None:

@@ -13,14 +13,12 @@ tie), whose truth is their construction. No other judge launches processes.
 
 from __future__ import annotations
 
-import ast
 import copy
 import functools
 import inspect
-import textwrap
 from typing import Any
 
-from helpers.exercises import N_, Hint, as_int, exercise, tr
+from helpers.exercises import N_, Hint, as_int, called_names, exercise, tr
 from helpers.hangs import MYSTERY
 
 LATE = {2, 3}  # 19.2: the ranks of 4 that never reach rank 0's barrier (or skip the all_reduce)
@@ -293,18 +291,7 @@ def culprit_cases() -> list[dict]:
     return cases
 
 
-def _calls(fn: Any) -> set[str]:
-    """The names a function calls (`f(...)`, `x.f(...)`), from its source; empty if unreadable."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return set()
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            f = node.func
-            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
-    return names
+_calls = called_names
 
 
 _ANALYZERS = {"analyze_dumps", "build_db", "build_collectives", "_build_db"}
