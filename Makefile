@@ -22,23 +22,53 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 TIMINGS := _build/timings
 
-.PHONY: help lab test test-lax unit execute zh course map lint bench system-deps slides-deps widgets-deps book \
+.PHONY: help lab student student-lab student-check test test-lax unit execute zh course map lint bench system-deps slides-deps widgets-deps book \
 	slides slurm-check clean timings
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
+# what both environments do after pip: the project kernel, and JupyterLab settings for this
+# environment (no "fetch Jupyter news?" prompt, no update check)
+define kernel_and_settings
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
+		--display-name "Python 3 (PyTorch Source Reading)" >/dev/null
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
+		> $(VENV)/share/jupyter/lab/settings/overrides.json
+endef
+
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# the venv's own pip installs every pin (no pip self-upgrade: one download less)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt -e .
-	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
-		--display-name "Python 3 (PyTorch Source Reading)" >/dev/null
-	@# JupyterLab settings for this environment: no "fetch Jupyter news?" prompt, no update check
-	mkdir -p $(VENV)/share/jupyter/lab/settings
-	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
-		> $(VENV)/share/jupyter/lab/settings/overrides.json
+	$(kernel_and_settings)
 	touch $(STAMP)
+
+# The student environment (issue 37): what the notebooks need, not the developer toolchain, in the
+# same .venv (a later `make lab` or `make test` adds the rest). On Linux, PyPI's torch is the CUDA
+# build; TORCH_INDEX=https://download.pytorch.org/whl/cpu (the dev container sets it) adds
+# PyTorch's CPU-only wheels, whose `2.13.0+cpu` pip prefers to PyPI's `2.13.0`.
+TORCH_INDEX ?=
+STUDENT_STAMP := $(VENV)/.student
+$(STUDENT_STAMP): requirements-student.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements-student.txt -e . \
+		$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+	$(kernel_and_settings)
+	touch $(STUDENT_STAMP)
+
+# CI (.ci/run): the student environment from nothing, in its own folder, running 05 and 12
+STUDENT_CHECK_VENV := _build/student-venv
+student-check: ## build the student environment from nothing (_build/student-venv) and run notebooks 05 and 12 in it
+	rm -rf $(STUDENT_CHECK_VENV)
+	$(MAKE) --no-print-directory student VENV=$(STUDENT_CHECK_VENV)
+	$(STUDENT_CHECK_VENV)/bin/python tools/student_check.py
+
+student: $(STUDENT_STAMP) ## the student environment only (requirements-student.txt): the notebooks, no test or docs tools
+student-lab: $(STUDENT_STAMP) ## JupyterLab at the orientation notebook on the student environment
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(LAB_IP) $(ROOT_FLAG) \
+		--LabApp.default_url=/lab/tree/00_orientation.ipynb
 
 # Debian packages: headless Chromium (the browser tests) and npm (reveal.js for the slides)
 APT_NEEDS = $(if $(shell command -v chromium || command -v chromium-browser),,chromium) \
@@ -76,8 +106,10 @@ $(WIDGETS_STAMP): | $(STAMP) system-deps
 	    --loglevel=error @jupyter-widgets/html-manager@$(HTML_MANAGER_VERSION) \
 	    requirejs@$(REQUIREJS_VERSION) && touch $(WIDGETS_STAMP); fi
 
+# 127.0.0.1 on your machine; a dev container forwards the port, so it listens on 0.0.0.0 there
+LAB_IP ?= 127.0.0.1
 lab: $(STAMP) ## open the notebooks in JupyterLab at the orientation notebook (http://127.0.0.1:8888)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 $(ROOT_FLAG) \
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=$(LAB_IP) $(ROOT_FLAG) \
 		--LabApp.default_url=/lab/tree/00_orientation.ipynb
 
 test: $(STAMP) system-deps slides-deps widgets-deps ## unit tests + every notebook re-executed and diffed (strict nbval)
