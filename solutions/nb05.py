@@ -25,6 +25,7 @@ def received_shares(n, rank):
 # 05.3 Where the ring starts to beat naive (α = 20 µs, β = 1 / 10 GB/s, N = 8).
 # naive: (N-1)(α + nβ); ring: 2(N-1)α + 2(N-1)/N nβ. Equal when
 #   (N-1)α + (N-1)nβ = 2(N-1)α + 2(N-1)/N nβ  ->  nβ (1 - 2/N) = α  ->  n = αN / ((N-2)β)
+# (section 6's n*, derived there for its fit at N = 4; here the arithmetic with this α, β, N)
 # = 20e-6 * 8 / (6 * 1e-10) ≈ 266,667 bytes (about 260 KiB). Above it the ring wins.
 ANSWER_05_3 = 20e-6 * 8 / ((8 - 2) * (1 / 10e9))
 
@@ -137,7 +138,7 @@ WRONG = {
     "05.3": [
         (200_000.0, "α/β alone"),
         (0.2667, "MB"),
-        (1e6, "set them equal"),
+        (1e6, "put in this α"),
         (20e-6 * 8 / (7 * 1e-10), "N-2"),
     ],
     "05.4": [

@@ -302,8 +302,8 @@ def ring_beats_naive(answer: Any) -> str:
     if abs(found - ALPHA / BETA) <= 0.02 * ALPHA / BETA:
         raise Hint(
             tr(
-                "that is α/β alone; the ring sends 2(N-1)/N n bytes, naive (N-1) n: solve "
-                "(N-1)(α + nβ) = 2(N-1)α + 2(N-1)/N nβ for n"
+                "that is α/β alone; section 6's n* also has a factor in N, from the byte "
+                "terms: the ring sends 2(N-1)/N n bytes, naive (N-1) n"
             )
         )
     for unit, factor in (("kB", 1e3), ("MB", 1e6), ("KiB", 1024), ("MiB", 2**20)):
@@ -327,8 +327,10 @@ def ring_beats_naive(answer: Any) -> str:
             )
     raise Hint(
         tr(
-            "write naive's time and the ring's time with section 6's formulas (latency terms "
-            "plus byte terms), set them equal and solve for n"
+            "section 6 derives the crossover n*, where the ring's extra latencies cost as much "
+            "as the bytes it saves: put in this α in seconds, β in seconds per byte and "
+            "N = {n}",
+            n=AB_WORLD,
         )
     )
 
