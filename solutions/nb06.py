@@ -1,21 +1,28 @@
 """Worked solutions to notebook 06's exercises (DDP internals)."""
 
-# 06.1 Buckets with bucket_cap_mb=0.015.
+# 06.1 A smaller cap, fewer buckets? (make_wide_mlp, 1,597,480 B; bucket_cap_mb=2 and 0.5)
 # _BucketCapacityConfig.create: bucket_cap_mb is given, so is_using_default is False and the
-# first bucket's cap equals the others': int(0.015 * 2**20) = 15728 bytes for every bucket.
-# Gradient order (section 4): 4.bias, 4.weight, 2.bias, 2.weight, 0.bias, 0.weight, with bytes
-#   40, 20480, 2048, 1048576, 2048, 524288.
-# A bucket closes once its size reaches the cap:
-#   4.bias 40 -> + 4.weight = 20520 >= 15728: close [4.bias, 4.weight]
-#   2.bias 2048 -> + 2.weight = 1050624: close [2.bias, 2.weight]
-#   0.bias 2048 -> + 0.weight = 526336: close [0.bias, 0.weight]
-ANSWER_06_1 = [["4.bias", "4.weight"], ["2.bias", "2.weight"], ["0.bias", "0.weight"]]
+# first bucket's cap equals the others': 2 MiB = 2,097,152 B (C true). The rebuilt buckets walk
+# the gradients from the last layer: 40 + 20480 + 2048 + 1048576 + 2048 + 524288 = 1,597,480 B
+# never reaches 2 MiB, so the whole model is one bucket from step 1 on (A true): lowering the cap
+# from 25 to 2 removed the 1 MiB first bucket that split the default run in two.
+# The rebuild does not depend on the cap: should_rebuild_buckets is
+# (static_graph_ || !find_unused_parameters_) && !has_rebuilt_bucket_, so after step 0 the bucket
+# is rebuilt in gradient order (4.bias first, not 0.weight: B false; section 4's explicit
+# bucket_cap_mb=25 run shows it too). The first iteration has no size limit (Case 2 of
+# compute_bucket_size_limits: sys.maxsize without find_unused_parameters), whatever the cap, so
+# step 0 is one bucket with 0.5 too (D false).
+# With 0.5 MiB = 524,288 B: 40 + 20480 + 2048 = 22568, + 1048576 = 1,071,144 >= 524,288 closes
+# [4.bias, 4.weight, 2.bias, 2.weight]; 2048 + 524288 = 526,336 >= 524,288 closes
+# [0.bias, 0.weight]: 1,071,144 and 526,336 B, the default's two buckets (E true).
+ANSWER_06_1 = {"A", "C", "E"}
 
 # 06.2 A sum loss on the ranks, a mean loss as reference (4 ranks, 3 samples each).
 # With reduction="sum", rank r's gradient is g_r = the sum of its 3 samples' gradients. DDP
-# all-reduces (sums) and divides by world_size = 4: (g_0 + g_1 + g_2 + g_3) / 4 = G / 4, G the
-# sum over all 12 samples. The reference's mean loss divides by every element of the output,
-# 12 samples x 4 outputs = 48: its gradient is G / 48. Factor: 48 / 4 = 12.
+# divides each rank's gradient by world_size = 4 and sums them (the all-reduce):
+# (g_0 + g_1 + g_2 + g_3) / 4 = G / 4, G the sum over all 12 samples. The reference's mean loss
+# divides by every element of the output, 12 samples x 4 outputs = 48: its gradient is G / 48.
+# Factor: 48 / 4 = 12.
 ANSWER_06_2 = 12.0
 
 # 06.3 An unused head: which argument sets let both steps run?
@@ -140,13 +147,17 @@ def _calls_torch(params, limits):
 
 WRONG = {
     "06.1": [
-        # the default buckets (1 MiB first bucket), as section 4 measured them
-        ([["4.bias", "4.weight", "2.bias", "2.weight"], ["0.bias", "0.weight"]], "default"),
-        # definition order instead of gradient order
-        ([["0.weight"], ["0.bias", "2.weight"], ["2.bias", "4.weight"], ["4.bias"]], "gradient"),
-        # closing a bucket before the parameter that would overflow it
-        ([["4.bias"], ["4.weight"], ["2.bias"], ["2.weight"], ["0.bias"], ["0.weight"]], "after"),
-        ([["4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight"]], "step 0"),
+        # an explicit cap that (they think) turns the rebuild off: the single bucket stays
+        ({"A", "B", "C"}, "rebuilds its buckets"),
+        # the explicit cap applied from the first iteration on
+        ({"A", "C", "D", "E"}, "first iteration"),
+        # the 1 MiB first bucket kept: 2 buckets with bucket_cap_mb=2
+        ({"E"}, "first bucket's cap"),
+        # the cap rule right, the 0.5 MiB buckets worked out wrong (more, smaller buckets)
+        ({"A", "C"}, "closes once it reaches its cap"),
+        ({"a", "c"}, "is missing"),
+        ("A", "a set of letters"),
+        ({"F"}, "not among the candidates"),
     ],
     "06.2": [
         (48.0, "divides each rank's gradient"),

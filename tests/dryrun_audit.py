@@ -17,8 +17,9 @@ tensors to collectives, the DTensor plan's CPU LayerNorm), called with the argum
 passes. Not audited: 09's `helpers.train_ddp` (a torchrun script that picks its device from
 `--device` and LOCAL_RANK and makes its own process group: not a `launch` worker) and the
 exercises' reader-written workers. 06's exercise worker `unused_loop_worker`
-(`helpers.exercises.nb06`; its checker launches it with backend "auto" and the reader's DDP
-arguments) is audited with `{"find_unused_parameters": True}`, a right answer to the exercise.
+(`helpers.ddp`, which 06.3's prompt imports; its checker runs it on gloo ranks under each
+candidate's DDP arguments) is audited with `{"find_unused_parameters": True}`, a right answer to
+the exercise.
 `python tests/dryrun_audit.py` prints every verdict as the table's JSON.
 """
 
@@ -33,7 +34,6 @@ import helpers.allreduce as ar
 import helpers.collectives as coll
 import helpers.ddp as ddp
 import helpers.ddp_compile as ddp_compile
-import helpers.exercises.nb06 as ex06
 import helpers.sharded as sharded
 import helpers.syncbn as syncbn
 import helpers.tensor_parallel as tp
@@ -124,7 +124,7 @@ def audit() -> dict[str, tuple]:
         "06 rebuild_worker": (ddp.rebuild_worker, 2, (REBUILD_OPTIONS, 4)),
         "06 equivalence_worker": (ddp.equivalence_worker, 2, ()),
         "06 unused_loop_worker (exercise)": (
-            ex06.unused_loop_worker,
+            ddp.unused_loop_worker,
             2,
             ({"find_unused_parameters": True},),
         ),

@@ -3,7 +3,8 @@
 Used by: 06 (DDP internals: broadcast at construction, buffers, sampler, buckets, equivalence),
 08 (gradient accumulation with `no_sync`, how large K may be, unused parameters under
 `no_sync`, mixed precision in a DDP step), 04 (`buffer_sync_facts`), 07 (its broadcast, buffer and
-jobs workers), 13 and 14 (the first iteration's bucket limits).
+jobs workers), 13 and 14 (the first iteration's bucket limits); 06's exercise 3 reads
+`unused_loop_worker`.
 Workers run under `helpers.launch.launch` (gloo on CPU; NCCL with one GPU per rank when enough
 GPUs are visible, through `current_device()`); they return plain Python data, never tensors.
 The DistributedSampler helpers are pure: the sampler needs no process group when `num_replicas`
@@ -25,6 +26,7 @@ from .harness import (
     initial_buckets_worker,
     max_stable_lr,
     sampler_shards,
+    unused_loop_worker,
 )
 from .lesson import (
     CommCounter,
@@ -93,4 +95,5 @@ __all__ = [
     "scaled_step",
     "amp_worker",
     "jobs_worker",
+    "unused_loop_worker",
 ]

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from .lesson import (
+    TwoHeadNet,
     buffer_sync_worker,
     init_broadcast_worker,
     jobs_worker,
@@ -185,3 +186,21 @@ def max_stable_lr(n: int = 512) -> float:
     x = torch.randn(n, 16, generator=g, dtype=torch.float64) * scales
     hessian = 2 * x.T @ x / n  # (16, 16)
     return float(2 / torch.linalg.eigvalsh(hessian).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# 06's exercise 3: the loop the reader reads (`show_source(unused_loop_worker)`); its judge
+# (helpers.exercises.nb06) launches it, and the dry run audits it
+
+
+def unused_loop_worker(rank: int, world_size: int, ddp_kwargs: dict) -> dict:
+    """Two training steps of TwoHeadNet through head_a only (head_b never used), under DDP."""
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank))  # (3, 4)
+    model = TwoHeadNet(seed=0)
+    ddp = wrap_ddp(model, **ddp_kwargs)
+    try:
+        for _ in range(2):
+            ddp(x, "a").sum().backward()
+    except RuntimeError as err:
+        return {"error": str(err).split(". ")[0] + "."}
+    return {"error": None, "head_b grad": model.head_b.weight.grad is not None}

@@ -1,9 +1,11 @@
 """Judges for notebook 06's exercises (DDP internals).
 
-The right answers come from the installed torch: DDP's own `_BucketCapacityConfig` and the C++
-bucket assignment `dist._compute_bucket_assignment_by_size` for the buckets, a numerical
-gradient comparison for the loss reduction, and a real 2-rank DDP loop (`unused_loop_worker`,
-through `helpers.launch.launch`) for the unused-parameter fix. Worked solutions: solutions/nb06.py.
+The right answers come from the installed torch, mostly from real DDP runs on gloo ranks (through
+`helpers.launch.launch`): one 4-rank launch replays 06.1's three bucket settings on
+`make_wide_mlp` (`cap_replay_worker`) and runs 06.2's sum-loss backward (`sum_loss_worker`, no
+comm hook: DDP's default all-reduce), one 2-rank launch runs 06.3's candidates
+(`helpers.ddp.unused_loop_worker`); 06.4's assignment is the C++
+`dist._compute_bucket_assignment_by_size`. Worked solutions: solutions/nb06.py.
 """
 
 from __future__ import annotations
@@ -20,115 +22,212 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from helpers.ddp import TwoHeadNet, make_mlp, make_wide_mlp, wrap_ddp
+from helpers.ddp import (
+    _flat_grads,
+    _rank_batch,
+    attach_counter,
+    jobs_worker,
+    make_mlp,
+    make_wide_mlp,
+    unused_loop_worker,
+    wrap_ddp,
+)
 from helpers.exercises import N_, Hint, choice_set, exercise, tr
+from helpers.launch import current_device
 
-# 06.1: the rebuilt buckets of make_wide_mlp with an explicit bucket_cap_mb
-CAP_MB = 0.015
+# 06.1 and 06.2 share one launch of RANKS gloo ranks (below)
+RANKS, PER_RANK, OUTPUTS = 4, 3, 4  # 06.2: make_mlp has 8 features in, 4 out
+
+# 06.1: lowering bucket_cap_mb on make_wide_mlp, which statements hold
+CAP_RUNS = {
+    "default": {},
+    "bucket_cap_mb=2": {"bucket_cap_mb": 2},
+    "bucket_cap_mb=0.5": {"bucket_cap_mb": 0.5},
+}
+CAP_STEPS = 3
+#: The statements 06.1 offers, by letter (the prompt spells them out).
+CAP_STATEMENTS = ("A", "B", "C", "D", "E")
 
 
-def rebuilt_buckets(bucket_cap_mb: float | None = CAP_MB) -> list[list[str]]:
-    """Parameter names per bucket after DDP's rebuild, in gradient order (last layer first).
+def cap_replay_worker(rank: int, world_size: int, runs: dict, steps: int) -> dict:
+    """`make_wide_mlp` under each run's DDP arguments for `steps` steps, as section 4 trains it:
+    the caps DDP chose and, per step, the buckets `count_allreduce_hook` was handed (bytes,
+    parameter names in the bucket's order)."""
+    out = {}
+    for label, kwargs in runs.items():
+        ddp = wrap_ddp(make_wide_mlp(seed=0), **kwargs)
+        counter = attach_counter(ddp)
+        for step in range(steps):
+            counter.step = step
+            x = _rank_batch(rank, 4, 256, seed=step).to(current_device())  # (4, 256)
+            ddp(x).square().mean().backward()
+        out[label] = {
+            "first_cap": ddp._bucket_config.first_bucket_bytes_cap,
+            "cap": ddp._bucket_config.bucket_bytes_cap,
+            "steps": [
+                [(c["numel"] * 4, c["params"]) for c in counter.calls if c["step"] == step]
+                for step in range(steps)
+            ],  # float32: 4 bytes per element
+        }
+    return out
 
-    Caps from DDP's `_BucketCapacityConfig.create`; assignment by the C++ function the Reducer
-    uses, on the parameters in the order their gradients arrive (reverse definition order for
-    this MLP, as section 4 measured).
-    """
-    from torch.nn.parallel.distributed import _BucketCapacityConfig
 
-    cfg = _BucketCapacityConfig.create(bucket_cap_mb, None, use_python_reducer=False)
-    limits = [cfg.first_bucket_bytes_cap, cfg.bucket_bytes_cap]
-    named = list(make_wide_mlp(seed=0).named_parameters())
-    names = [n for n, _ in named]
-    order = list(reversed(range(len(named))))  # gradient order, as definition indices
-    assign, _ = dist._compute_bucket_assignment_by_size(
-        [named[i][1] for i in order], limits, [False] * len(order), order
-    )
-    return [[names[i] for i in bucket] for bucket in assign]
+def _sum_loss_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """06.2's global batch: RANKS * PER_RANK samples of make_mlp's 8 features and 4 targets."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(RANKS * PER_RANK, 8, generator=g)  # (12, 8)
+    return x, torch.randn(RANKS * PER_RANK, OUTPUTS, generator=g)  # (12, 4)
+
+
+def sum_loss_worker(rank: int, world_size: int, per_rank: int) -> list[float]:
+    """One backward of make_mlp under DDP (default arguments, no comm hook) with
+    `F.mse_loss(..., reduction="sum")` on this rank's `per_rank` samples: the gradient DDP
+    leaves in `.grad`, flat."""
+    device = current_device()
+    x, y = _sum_loss_batch()
+    mine = slice(rank * per_rank, (rank + 1) * per_rank)
+    ddp = wrap_ddp(make_mlp(seed=0))
+    F.mse_loss(ddp(x[mine].to(device)), y[mine].to(device), reduction="sum").backward()
+    return _flat_grads(ddp.module).tolist()
+
+
+@functools.cache
+def _replays() -> list[dict]:
+    """Each rank's results of one RANKS-rank launch: 06.1's replay and 06.2's backward (cached:
+    one launch per process)."""
+    from helpers.launch import launch
+
+    jobs = [(cap_replay_worker, (CAP_RUNS, CAP_STEPS)), (sum_loss_worker, (PER_RANK,))]
+    return launch(jobs_worker, world_size=RANKS, args=(jobs,), backend="gloo", timeout_s=180)
+
+
+def _replay(exercise_key: str, job: str) -> Any:
+    """`job`'s result on every rank; a launch that failed is not the reader's try."""
+    try:
+        results = _replays()
+    except Exception as e:
+        raise Hint(
+            tr(
+                "the check could not run {key}'s DDP run ({error}: {message}); run this cell again",
+                key=exercise_key,
+                error=type(e).__name__,
+                message=e,
+            ),
+            counts=False,
+        ) from None
+    return [r[job] for r in results]
+
+
+def _sizes(run: dict) -> list[list[int]]:
+    return [[nbytes for nbytes, _ in step] for step in run["steps"]]
+
+
+def cap_facts() -> tuple[dict[str, bool], dict]:
+    """({letter: whether 06.1's statement holds}, rank 0's replay), from the real DDP runs."""
+    per_rank = _replay("06.1", "cap_replay_worker")
+    runs = per_rank[0]
+    if any(r != runs for r in per_rank):
+        raise RuntimeError("06.1: the ranks saw different buckets: update 06.1")
+    default, two, half = (runs[label] for label in CAP_RUNS)
+    truth = {
+        # every step after the first all-reduces one bucket
+        "A": all(len(step) == 1 for step in two["steps"][1:]),
+        # step 1's bucket lists the parameters as step 0's did: not rebuilt
+        "B": [p for _, p in two["steps"][1]] == [p for _, p in two["steps"][0]],
+        # the first bucket's cap is the explicit cap, like every other bucket's
+        "C": two["first_cap"] == two["cap"] == int(2 * 2**20),
+        # the first iteration is already cut into several buckets
+        "D": len(half["steps"][0]) > 1,
+        # from step 1 on, the same bucket sizes as the default caps
+        "E": _sizes(half)[1:] == _sizes(default)[1:],
+    }
+    return truth, runs
 
 
 @exercise(
     "06.1",
-    "Buckets with bucket_cap_mb=0.015",
+    "A smaller cap, fewer buckets?",
     look=N_(
-        "section 4: the excerpt of `_BucketCapacityConfig.create` (the first bucket's cap when "
-        "bucket_cap_mb is given) and the `parameter bytes:` line"
+        "section 4: the excerpts of `_BucketCapacityConfig.create` (the first bucket's cap when "
+        "bucket_cap_mb is given) and of `compute_bucket_size_limits` (the first iteration), the "
+        "rebuild rule `should_rebuild_buckets`, the `bucket_cap_mb=25` rows and the "
+        "`parameter bytes:` line"
     ),
     reveal=N_(
-        "`rebuilt_buckets(0.015)` in the judge module: `dist._compute_bucket_assignment_by_size` "
-        "on the parameters in gradient order, with both caps from `_BucketCapacityConfig`"
+        "`cap_replay_worker(rank, 4, CAP_RUNS, 3)` in the judge module, launched on 4 gloo "
+        "ranks: the three runs under real DDP, the buckets the comm hook was handed at each step"
     ),
 )
-def buckets(answer: Any) -> str:
-    truth = rebuilt_buckets()
-    try:
-        found = [[str(n) for n in b] for b in answer]
-    except TypeError:
-        raise Hint(
-            tr("give a list of buckets, each a list of parameter names like '4.bias'")
-        ) from None
-    names = {n for n, _ in make_wide_mlp(seed=0).named_parameters()}
-    unknown = sorted({n for b in found for n in b} - names)
-    if unknown:
-        raise Hint(
-            tr(
-                "not parameter names of make_wide_mlp: {unknown}; they look like '0.weight'",
-                unknown=unknown,
-            )
-        )
-    if [set(b) for b in found] == [set(b) for b in truth]:
-        pb = {n: p.numel() * p.element_size() for n, p in make_wide_mlp(seed=0).named_parameters()}
-        sizes = [sum(pb[n] for n in b) for b in truth]
+def smaller_cap(answer: Any) -> str:
+    found = choice_set(
+        answer, CAP_STATEMENTS, tr("letters"), "{'B', 'D'}", lambda s: str(s).strip().upper()
+    )
+    truth, runs = cap_facts()
+    right = {k for k, holds in truth.items() if holds}
+    if found == right:
+        default, two, half = (runs[label] for label in CAP_RUNS)
+        step0_one = all(len(run["steps"][0]) == 1 for run in runs.values())
+        rebuilt = all(run["steps"][1][0][1][0] == "4.bias" for run in runs.values())
+        if not (step0_one and rebuilt and default["first_cap"] == 2**20):
+            raise RuntimeError("06.1: DDP's first iteration or rebuild changed: update 06.1")
         return tr(
             (
-                "an explicit bucket_cap_mb={cap_mb} makes every cap int({cap_mb} * 2**20) = "
-                "{int_cap_mb_2_20} B, the first bucket's too; walking the gradients from the "
-                "last layer, each bucket closes once it reaches the cap: {truth}, {sizes} B"
+                "{right} hold. An explicit bucket_cap_mb is every bucket's cap, the first's "
+                "too ({first} B with bucket_cap_mb=2): the 1 MiB first bucket is only for "
+                "bucket_cap_mb left at None, so lowering 25 to 2 merges the two rebuilt buckets "
+                "into one. Step 0 is one bucket in every run (the first iteration has no size "
+                "limit), and every run rebuilds its buckets after it, in gradient order (step 1 "
+                "lists {first_param} first). With 0.5 MiB the buckets close at the same "
+                "parameters as the default's. The replay, bytes per bucket at steps 0, 1, 2: "
+                "default {default}; bucket_cap_mb=2 {two}; bucket_cap_mb=0.5 {half}"
             ),
-            cap_mb=CAP_MB,
-            int_cap_mb_2_20=int(CAP_MB * 2**20),
-            truth=truth,
-            sizes=sizes,
+            right=sorted(right),
+            first=two["first_cap"],
+            first_param=repr(two["steps"][1][0][1][0]),
+            default=_sizes(default),
+            two=_sizes(two),
+            half=_sizes(half),
         )
-    if len(found) == 1:
-        raise Hint(tr("one bucket with everything is step 0; the question is about the rebuild"))
-    if found and "0.weight" in found[0]:
+    chosen_false = [k for k in _FALSE_FIRST if k in found - right]
+    if chosen_false:
         raise Hint(
             tr(
-                "the rebuilt buckets follow gradient order: backward produces the last "
-                "layer's gradients first, so bucket 0 starts with '4.bias'"
+                "at least one statement you chose is false: {question}",
+                question=tr(_CAP_QUESTIONS[chosen_false[0]]),
             )
         )
-    if [set(b) for b in found] == [set(b) for b in rebuilt_buckets(None)]:
-        raise Hint(
-            tr(
-                "those are the default buckets (1 MiB first bucket); with bucket_cap_mb "
-                "given explicitly, read _BucketCapacityConfig.create: what is "
-                "first_bucket_bytes_cap?"
-            )
-        )
-    if all(len(b) == 1 for b in found):
-        raise Hint(
-            tr(
-                "a bucket closes after the parameter that makes it reach the cap, not before "
-                "it: a parameter bigger than the cap still shares its bucket with the ones "
-                "before it"
-            )
-        )
+    missing = [k for k in _MISSING_FIRST if k in right - found]
     raise Hint(
         tr(
-            (
-                "cap = int({cap_mb} * 2**20) bytes for every bucket; add the parameters' "
-                "bytes in gradient order (section 4 prints param_bytes) and close a bucket "
-                "once it reaches the cap"
-            ),
-            cap_mb=CAP_MB,
+            "a true statement is missing: {question}",
+            question=tr(_CAP_QUESTIONS[missing[0]]),
         )
     )
 
 
+#: What to think about for each of 06.1's statements (a false one chosen, a true one left out).
+_CAP_QUESTIONS = {
+    "A": N_(
+        "with bucket_cap_mb given, how many of the model's 1,597,480 bytes fit under the first "
+        "bucket's cap once the buckets are rebuilt?"
+    ),
+    "B": N_(
+        "does a byte cap appear in the condition under which the Reducer rebuilds its buckets "
+        "after an iteration?"
+    ),
+    "C": N_("when bucket_cap_mb is passed explicitly, what is the first bucket's cap?"),
+    "D": N_(
+        "which size limit does DDP give the first iteration when neither per-bucket caps nor "
+        "find_unused_parameters are given?"
+    ),
+    "E": N_(
+        "walk the gradients from the last layer with a 0.5 MiB cap: a bucket closes once it "
+        "reaches its cap, with the parameter that reaches it inside"
+    ),
+}
+_FALSE_FIRST = ("B", "D", "A", "C", "E")  # the mechanism a wrong choice most likely misread
+_MISSING_FIRST = ("C", "A", "E", "B", "D")
 # 06.2: a sum loss on the ranks against a mean loss on one process
-RANKS, PER_RANK, OUTPUTS = 4, 3, 4  # make_mlp: 8 features in, 4 out
 
 
 def _grads(
@@ -139,28 +238,28 @@ def _grads(
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
-def sum_loss_factor(ranks: int = RANKS, per_rank: int = PER_RANK) -> float:
-    """DDP's gradient (reduction='sum' on every rank) / the single-process gradient
-    (reduction='mean' on all ranks * per_rank samples).
+def sum_loss_factor() -> float:
+    """DDP's gradient after a real backward on RANKS gloo ranks (`sum_loss_worker`:
+    reduction='sum' on each rank's PER_RANK samples, DDP's default all-reduce, no comm hook) /
+    the single-process gradient (reduction='mean' on all RANKS * PER_RANK samples).
 
-    DDP's default all-reduce sums the ranks' gradients and divides by the world size (section 4;
-    `allreduce_hook`'s `_allreduce_fut` does `div_(size)` first), so DDP's gradient is the mean
-    of the per-rank gradients, computed here on a shared model.
+    Also checks what the verdict says of the default all-reduce: DDP's gradient equals the
+    ranks' local sum-loss gradients (computed here on one process) added and divided by RANKS.
     """
-    src = inspect.getsource(dist.algorithms.ddp_comm_hooks.default_hooks._allreduce_fut)
-    if "div_(" not in src:
-        raise RuntimeError("_allreduce_fut no longer divides by the world size: update 06.2")
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(ranks * per_rank, 8, generator=g)
-    y = torch.randn(ranks * per_rank, OUTPUTS, generator=g)
+    per_rank = _replay("06.2", "sum_loss_worker")
+    ddp_grad = torch.tensor(per_rank[0])
+    if any(not torch.equal(torch.tensor(g), ddp_grad) for g in per_rank):
+        raise RuntimeError("06.2: DDP left different gradients on the ranks: update 06.2")
+    x, y = _sum_loss_batch()
     model = make_mlp(seed=0)
-    shards = [slice(r * per_rank, (r + 1) * per_rank) for r in range(ranks)]
-    per_rank_grads = [_grads(model, x[s], y[s], "sum") for s in shards]
-    ddp_grad = torch.stack(per_rank_grads).sum(0) / ranks
+    shards = [slice(r * PER_RANK, (r + 1) * PER_RANK) for r in range(RANKS)]
+    local = torch.stack([_grads(model, x[s], y[s], "sum") for s in shards])
+    if not torch.allclose(ddp_grad, local.sum(0) / RANKS, rtol=1e-4, atol=1e-6):
+        raise RuntimeError("06.2: DDP's gradient is not the ranks' sum / world_size: update 06.2")
     reference = _grads(model, x, y, "mean")
     ratio = (ddp_grad @ reference) / (reference @ reference)  # least-squares factor
     if not torch.allclose(ddp_grad, ratio * reference, rtol=1e-4, atol=1e-5):
-        raise RuntimeError("DDP's gradient is not a multiple of the reference: update 06.2")
+        raise RuntimeError("06.2: DDP's gradient is not a multiple of the reference: update 06.2")
     return float(ratio)
 
 
@@ -172,9 +271,9 @@ def sum_loss_factor(ranks: int = RANKS, per_rank: int = PER_RANK) -> float:
         "(divided by world_size, then summed), and section 5's comparison with a mean loss"
     ),
     reveal=N_(
-        "`sum_loss_factor(4, 3)` in the judge module: the per-rank sum-loss gradients, added "
-        "and divided by the world size, against the mean-loss gradient on all 12 samples "
-        "(48 elements)"
+        "`sum_loss_factor()` in the judge module: DDP's gradient after a real backward on 4 "
+        "gloo ranks (`sum_loss_worker`, no comm hook), against the mean-loss gradient of one "
+        "process on all 12 samples (48 elements)"
     ),
 )
 def sum_instead_of_mean(answer: Any) -> str:
@@ -192,8 +291,10 @@ def sum_instead_of_mean(answer: Any) -> str:
             (
                 "each rank's gradient is the sum over its {per_rank} samples; DDP divides each "
                 "by world_size = {ranks} and adds the {ranks}: G / {ranks}, G the sum over all "
-                "{total} samples; the mean loss divides by every element, {total} x {outputs} = "
-                "{elements}: G / {elements}. Factor {elements}/{ranks} = {truth:g}"
+                "{total} samples (a real DDP backward on {ranks} gloo ranks, without a comm "
+                "hook, left exactly that in .grad); the mean loss divides by every element, "
+                "{total} x {outputs} = {elements}: G / {elements}. Factor {elements}/{ranks} = "
+                "{truth:g}"
             ),
             per_rank=PER_RANK,
             ranks=RANKS,
@@ -242,19 +343,6 @@ def sum_instead_of_mean(answer: Any) -> str:
 # 06.3: an unused parameter, and which DDP arguments let the loop run
 
 
-def unused_loop_worker(rank: int, world_size: int, ddp_kwargs: dict) -> dict:
-    """Two training steps of TwoHeadNet through head_a only (head_b never used), under DDP."""
-    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(rank))  # (3, 4)
-    model = TwoHeadNet(seed=0)
-    ddp = wrap_ddp(model, **ddp_kwargs)
-    try:
-        for _ in range(2):
-            ddp(x, "a").sum().backward()
-    except RuntimeError as err:
-        return {"error": str(err).split(". ")[0] + "."}
-    return {"error": None, "head_b grad": model.head_b.weight.grad is not None}
-
-
 #: The argument sets 06.3 offers, by letter.
 UNUSED_CANDIDATES = {
     "A": {},
@@ -295,7 +383,18 @@ def _unused_results() -> dict[str, dict]:
 )
 def unused_parameters(answer: Any) -> str:
     found = choice_set(answer, UNUSED_CANDIDATES, tr("letters"), "{'A', 'D'}", str)
-    results = _unused_results()
+    try:
+        results = _unused_results()
+    except Exception as e:
+        raise Hint(
+            tr(
+                "the check could not run {key}'s DDP run ({error}: {message}); run this cell again",
+                key="06.3",
+                error=type(e).__name__,
+                message=e,
+            ),
+            counts=False,
+        ) from None
     truth = {k for k, r in results.items() if r["error"] is None}
     if found == truth:
         return tr(
