@@ -17,6 +17,9 @@ SOLUTIONS = {"12.1": "board::blend(Tensor a, Tensor b, float alpha) -> Tensor"}
 # grad_output (N, C, in_h * scale, in_w * scale); in_h and in_w are given as ints, so the fake
 # kernel needs no division. A fake kernel computes no data: grad_output.new_empty keeps the
 # dtype and device and, under FakeTensorMode, returns a FakeTensor.
+# The check compares the result's shape, dtype and device with those of the fake kernel that
+# build() registers for upsample_backward, called on the same FakeTensor; each case's
+# grad_output is shaped as the board's NumPy reference upsamples an (N, C, in_h, in_w) input.
 # The hidden cases have other N, C, H, W, scales (4, 1) and dtypes (float32, bfloat16).
 def upsample_backward_fake(grad_output, in_h, in_w, scale, mode):
     n, c = grad_output.shape[:2]
@@ -65,6 +68,9 @@ WRONG = {
         ("board::blend(Tensor a, Tensor b, float alpha) -> Tensor(a)", "alias"),
         ("board::blend.Tensor(Tensor a, Tensor b, float alpha) -> Tensor", "overload"),
         ("board:blend(Tensor a, Tensor b, float alpha) -> Tensor", "two colons"),
+        ("board: blend(Tensor a, Tensor b, float alpha) -> Tensor", "two colons"),
+        ("board::blend(Tensor a, Tensor b, Scalar alpha) -> Tensor", "'Scalar'"),
+        ("board::blend(Tensor a, Tensor b, float? alpha) -> Tensor", "'float?'"),
         ("board::blend(Tensor a, Tensor b, float alpha=0.5) -> Tensor", "default value"),
         ("board::blend(Tensor a, Tensor b, *, float alpha) -> Tensor", "keyword-only"),
         ("board::blend(Tensor a, Tensor b, float alpha) -> Tensor out", "named return"),

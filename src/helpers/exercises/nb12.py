@@ -1,10 +1,11 @@
 """Judges for notebook 12 (a C++ operator carried to deployment); see helpers.exercises.
 
 The truth comes from the installed packages: torch's schema parser and dispatcher judge a
-schema string (defined in a throwaway namespace, then removed), FakeTensorMode runs a fake
-kernel of the backward against the board's NumPy reference (`board_op.reference_upsample`), and
-ONNX Runtime runs `Resize` against the board's rule (`board_op.interpolation_matrix`). None of
-them needs the C++ build. CPU only.
+schema string (defined in a throwaway namespace, then removed); FakeTensorMode runs the reader's
+fake kernel of the backward and the one `board_op` registers (`_upsample_backward_fake`) on the
+same FakeTensors, with each case's grad_output shaped by the board's NumPy reference
+(`board_op.reference_upsample`); and ONNX Runtime runs `Resize` against the board's rule
+(`board_op.interpolation_matrix`). None of them needs the C++ build. CPU only.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def blend_schema(answer: Any) -> str:
     try:
         schema = torch._C.parse_schema(answer)
     except RuntimeError as err:
-        if re.match(r"\s*\w+:(?!:)\w", answer):
+        if re.search(r"(?<!:):(?!:)", answer.split("(", 1)[0]):  # one colon before the arguments
             raise Hint(
                 tr("the namespace separator is two colons, `board::blend`, as in section 2")
             ) from None
@@ -188,7 +189,11 @@ def blend_schema(answer: Any) -> str:
 
 
 def _schema_type(printed: str) -> str:
-    """A schema type as the schema string spells it (torch prints Scalar as `number`)."""
+    """A schema type as the schema string spells it: torch prints Scalar as `number`, `T?` as
+    `Optional[T]` and `T[]` as `List[T]`."""
+    for wrapper, suffix in (("Optional", "?"), ("List", "[]")):
+        if printed.startswith(f"{wrapper}[") and printed.endswith("]"):
+            return _schema_type(printed[len(wrapper) + 1 : -1]) + suffix
     return {"number": "Scalar"}.get(printed, printed)
 
 
@@ -229,16 +234,20 @@ _FAKE_CASES = (
         "(`_backward`, which calls it with the forward input's H and W; `_upsample_fake`)"
     ),
     reveal=N_(
-        "`board_op.reference_upsample(x, scale, mode)` is the forward for an input x, shaped "
-        "like grad_output; the gradient has x's shape and grad_output's dtype"
+        "`board_op._upsample_backward_fake(grad_output, in_h, in_w, scale, mode)`, the fake "
+        "kernel build() registers for board::upsample_backward (`_register_python_parts`, "
+        "section 3), on the same FakeTensor; each case's grad_output has the shape "
+        "`board_op.reference_upsample(x, scale, mode)` gives an input x of (N, C, in_h, in_w)"
     ),
 )
 def upsample_backward_fake(answer: Any) -> str:
     """`answer(grad_output, in_h, in_w, scale, mode)` on FakeTensors: the input gradient's shape.
 
-    The truth: for an input of shape (N, C, in_h, in_w), the board's NumPy reference gives the
-    forward output's shape, which is grad_output's; the gradient has the input's shape and
-    grad_output's dtype.
+    The truth: the fake kernel board_op registers for board::upsample_backward
+    (`_upsample_backward_fake`, registered by `_register_python_parts`), called on the same
+    FakeTensor; each case's grad_output has the shape the board's
+    NumPy reference gives the forward's output for an input of shape (N, C, in_h, in_w), and the
+    judge asserts that the registered kernel returns that input's shape.
     """
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -265,9 +274,14 @@ def upsample_backward_fake(answer: Any) -> str:
         )
         with FakeTensorMode():
             grad = torch.empty(out_shape, dtype=dtype)
+            truth = board_op._upsample_backward_fake(grad, in_h, in_w, scale, mode)
             before = (tuple(grad.shape), grad.stride(), grad._version)
             with _NoBoardOps(), _watching(shown) as called:
                 out = answer(grad, in_h, in_w, scale, mode)
+        assert (tuple(truth.shape), truth.dtype) == (shape, dtype), (
+            f"board_op's registered fake kernel should return the input's shape {shape} in "
+            f"{dtype}, found {tuple(truth.shape)} in {truth.dtype}"
+        )
         if called:
             raise Hint(
                 tr(
@@ -294,7 +308,7 @@ def upsample_backward_fake(answer: Any) -> str:
                     "declares a new tensor (no alias annotation), so opcheck would refuse it"
                 )
             )
-        if out.device != grad.device:
+        if out.device != truth.device:
             raise Hint(
                 tr(
                     "your result is on {out_device}, grad_output on {device}: a fake kernel "
@@ -304,7 +318,7 @@ def upsample_backward_fake(answer: Any) -> str:
                 )
             )
         got = tuple(out.shape)
-        if got != shape:
+        if got != tuple(truth.shape):
             if got == tuple(out_shape):
                 raise Hint(
                     tr(
@@ -318,8 +332,8 @@ def upsample_backward_fake(answer: Any) -> str:
                 wrong = [d for d in range(min(len(got), 4)) if got[d] != shape[d]]
                 raise Hint(
                     tr(
-                        "a hidden case ({case}): your shape {got} differs in dimension(s) "
-                        "{wrong}; take every size from the arguments, none by heart",
+                        "a hidden case ({case}): your shape {got} is wrong in the dimensions "
+                        "at indices {wrong}; take every size from the arguments, none by heart",
                         case=case,
                         got=got,
                         wrong=wrong or list(range(len(got))),
@@ -332,7 +346,7 @@ def upsample_backward_fake(answer: Any) -> str:
                     got=got,
                 )
             )
-        if out.dtype != dtype:
+        if out.dtype != truth.dtype:
             raise Hint(
                 tr(
                     (

@@ -2,18 +2,19 @@
 
 The truth comes from the installed torch: `native_functions.yaml` through torchgen's parser
 (`helpers.operator_path.native_entry`), the dispatcher's live table (`dispatch_table`) and
-autograd itself (the gradient of `torch.atan`). CPU only.
+autograd itself (the gradient of `torch.atan2`). CPU only.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.utils._python_dispatch
 
 from helpers import operator_path
-from helpers.exercises import N_, Hint, choice_set, exercise, tr
+from helpers.exercises import N_, Hint, choice_set, exercise, tr, watching
 
 #: The ops exercise 18.1 asks about.
 CANDIDATES = ("atan", "asinh", "abs", "logit", "silu", "hardswish")
@@ -125,9 +126,9 @@ def skipped_keys(answer: Any) -> str:
     if given == truth and reason == right_reason:
         return tr(
             "for atan_ only {keys} falls through; atan's table skips {functional}: "
-            "ADInplaceOrView holds a generated kernel for every in-place and out= op, which "
-            "redispatches below itself and then bumps the version counter of the tensor it "
-            "wrote",
+            "ADInplaceOrView holds a generated kernel for atan_, as for the other in-place ops "
+            "with kernels of their own, which redispatches below itself and then bumps the "
+            "version counter of the tensor it wrote",
             keys=sorted(truth),
             functional=sorted(functional),
         )
@@ -148,9 +149,10 @@ def skipped_keys(answer: Any) -> str:
     if given != truth:
         raise Hint(
             tr(
-                "{count} of the four are fallthroughs for atan_: which backend fallback is "
-                "registered for every op alike (every op not on autocast's lists), and which key "
-                "has per-op kernels for in-place ops?",
+                "{count} of the four are fallthroughs for atan_. A key's backend fallback "
+                "serves only the ops with no kernel of their own for that key: which key gets "
+                "a generated kernel for in-place ops such as atan_, and which registers kernels "
+                "only for the ops on its casting lists (is atan_ on one)?",
                 count=len(truth),
             )
         )
@@ -162,113 +164,222 @@ def skipped_keys(answer: Any) -> str:
     )
 
 
+#: The ops 18.3's function must not run: atan2 itself and atan (atan2 is atan(y / x) for x > 0).
+_REFUSED_OPS = ("atan", "atan_", "atan2", "atan2_", "arctan", "arctan_", "arctan2", "arctan2_")
+
+
 class _NoAtan(torch.utils._python_dispatch.TorchDispatchMode):
-    """Refuses atan (and its backward) inside the reader's function: the formula needs neither."""
+    """Refuses atan and atan2 inside the reader's function: the formula needs neither."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.name().split("::")[-1].split(".")[0] in ("atan", "atan_", "atan_backward"):
+        if func.name().split("::")[-1].split(".")[0] in _REFUSED_OPS:
             raise Hint(
                 tr(
-                    "your function runs atan itself ({op}), so torch differentiates it for you; "
-                    "write the derivative's formula with x and grad alone",
+                    "your function runs {op} itself, so torch computes the angle (and could "
+                    "differentiate it for you); write the derivative's formula with y, x and grad "
+                    "alone",
                     op=str(func),
                 )
             )
         return func(*args, **(kwargs or {}))
 
 
-#: 18.3's cases: (name, x, grad); the first is the one the prompt shows.
-def _atan_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+def _autograd_codes() -> set:
+    """The code objects of the Python entry points that ask autograd for a gradient."""
+    return {torch.autograd.grad.__code__, torch.autograd.backward.__code__}
+
+
+#: 18.3's cases: (name, y, x, grad); the first is the one the prompt shows.
+def _atan2_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(18)
+    y = torch.randn(16, dtype=torch.float64, generator=gen) * 3
     x = torch.randn(16, dtype=torch.float64, generator=gen) * 3
     grad = torch.randn(16, dtype=torch.float64, generator=gen)
-    x2 = torch.randn(3, 5, generator=gen) * 10  # float32, 2-D
-    g2 = torch.randn(3, 5, generator=gen)
-    x3 = torch.tensor([0.0, -1e3, 1e3, 1e-4, -2.5], dtype=torch.float64)
-    g3 = torch.tensor([1.0, 2.0, -1.0, 0.5, 0.0], dtype=torch.float64)
+    y2, x2 = torch.randn(3, 5, generator=gen) * 10, torch.randn(3, 5, generator=gen) * 10
+    g2 = torch.randn(3, 5, generator=gen)  # float32, 2-D
+    y3 = torch.tensor([1.0, -2.0, 0.5, 0.0, 3.0, -1e3], dtype=torch.float64)
+    x3 = torch.tensor([0.0, 0.0, -2.0, -1.0, -1e-4, 1e3], dtype=torch.float64)
+    g3 = torch.tensor([1.0, 2.0, -1.0, 0.5, 0.0, 1.0], dtype=torch.float64)
     return [
-        (N_("x = 3 * randn(16) float64 (the shown case)"), x, grad),
-        (N_("x of shape (3, 5), float32"), x2, g2),
-        (N_("x = [0, -1e3, 1e3, 1e-4, -2.5] float64 with a zero grad entry"), x3, g3),
+        (N_("y, x = 3 * randn(16) float64 (the shown case)"), y, x, grad),
+        (N_("y and x of shape (3, 5), float32"), y2, x2, g2),
+        (N_("x = [0, 0, -2, -1, -1e-4, 1e3], y = [1, -2, 0.5, 0, 3, -1e3] float64"), y3, x3, g3),
     ]
+
+
+def atan2_truth(y: torch.Tensor, x: torch.Tensor, grad: torch.Tensor) -> tuple:
+    """(grad_y, grad_x): autograd's vector-Jacobian product of torch.atan2 at (y, x) with grad."""
+    _, grads = torch.autograd.functional.vjp(torch.atan2, (y, x), grad)
+    return grads
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(torch.allclose(a, b, rtol=1e-5, atol=1e-12))
 
 
 @exercise(
     "18.3",
-    "the backward of atan by hand",
+    "the backward of atan2 by hand",
     look=N_(
-        "section 5 (derivatives.yaml): the `self:` formula of the atan entry, and the chain "
-        "rule: a backward multiplies the incoming gradient"
+        "section 5 (derivatives.yaml): the `self:` formula of the atan entry; the chain rule "
+        "through y / x, once for y and once for x; then a form with no division by x alone"
     ),
-    reveal=N_("`torch.autograd.functional.vjp` of atan at `x` with `grad`"),
+    reveal=N_("`torch.autograd.functional.vjp` of atan2 at `(y, x)` with `grad`"),
 )
-def atan_backward(answer: Any) -> str:
+def atan2_backward(answer: Any) -> str:
     if not callable(answer):
-        raise Hint(tr("give a function atan_backward(x, grad) that returns a tensor"))
-    for i, (name, x, grad) in enumerate(_atan_cases()):
-        leaf = x.clone().requires_grad_(True)
-        (truth,) = torch.autograd.grad(torch.atan(leaf), leaf, grad)
-        x_in, grad_in = x.clone(), grad.clone()
-        with _NoAtan():
-            found = answer(x_in, grad_in)
-        if not (torch.equal(x_in, x) and torch.equal(grad_in, grad)):
+        raise Hint(
+            tr("give a function atan2_backward(y, x, grad) that returns a pair (grad_y, grad_x)")
+        )
+    for i, (name, y, x, grad) in enumerate(_atan2_cases()):
+        truth = atan2_truth(y, x, grad)
+        y_in, x_in, grad_in = y.clone(), x.clone(), grad.clone()
+        with _NoAtan(), watching(_autograd_codes()) as asked:
+            found = answer(y_in, x_in, grad_in)
+        if asked:
             raise Hint(
                 tr(
-                    "your function writes into x or grad (an in-place op such as mul_ or div_): "
-                    "in a real backward x is the saved input, and changing it corrupts the graph"
+                    "your function asks torch for a gradient (it calls {called}); write the "
+                    "derivative's formula with y, x and grad alone",
+                    called=f"{asked[0]}()",
                 )
             )
-        if isinstance(found, torch.Tensor) and found.grad_fn is not None:
-            raise Hint(tr("your result carries a grad_fn: compute it from x and grad directly"))
-        if not isinstance(found, torch.Tensor) or found.shape != truth.shape:
-            shown = tuple(found.shape) if isinstance(found, torch.Tensor) else type(found).__name__
+        if not (torch.equal(y_in, y) and torch.equal(x_in, x) and torch.equal(grad_in, grad)):
+            raise Hint(
+                tr(
+                    "your function writes into y, x or grad (an in-place op such as mul_ or "
+                    "div_): in a real backward y and x are the saved inputs, and changing them "
+                    "corrupts the graph"
+                )
+            )
+        if isinstance(found, list):
+            found = tuple(found)
+        if not (isinstance(found, tuple) and len(found) == 2):
+            shown = type(found).__name__
+            raise Hint(
+                tr(
+                    "return a pair (grad_y, grad_x), one gradient per input of atan2(y, x); "
+                    "found a {found}",
+                    found=shown,
+                )
+            )
+        if any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in found):
+            raise Hint(tr("your result carries a grad_fn: compute it from y, x and grad directly"))
+        if not all(isinstance(t, torch.Tensor) and t.shape == y.shape for t in found):
+            shown = [
+                tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in found
+            ]
             if i == 0:
                 raise Hint(
                     tr(
-                        "return a tensor shaped like x {shape}, found {found}",
-                        shape=tuple(x.shape),
+                        "return two tensors shaped like y and x {shape}, found {found}",
+                        shape=tuple(y.shape),
                         found=shown,
                     )
                 )
             raise Hint(
                 tr(
-                    "a hidden case ({case}): return a tensor shaped like x {shape}, found "
-                    "{found}; does your function assume 16 values?",
+                    "a hidden case ({case}): return two tensors shaped like y and x {shape}, "
+                    "found {found}; does your function assume 16 values?",
                     case=tr(name),
-                    shape=tuple(x.shape),
+                    shape=tuple(y.shape),
                     found=shown,
                 )
             )
+        grad_y, grad_x = found
         if i == 0:
-            if torch.allclose(found, 1 / (x * x + 1)):
+            if _close(grad_y, truth[1]) and _close(grad_x, truth[0]):
+                raise Hint(
+                    tr(
+                        "the order: the first gradient is for y, atan2's first argument, the "
+                        "second for x"
+                    )
+                )
+            if _close(grad_y * grad, truth[0]) and _close(grad_x * grad, truth[1]):
                 raise Hint(tr("multiply by the incoming gradient `grad` (the chain rule)"))
-            if torch.allclose(found, -truth):
-                raise Hint(tr("the sign: atan is increasing, so its derivative is positive"))
-            if torch.allclose(found, grad / (1 - x * x)) or torch.allclose(
-                found, grad / (x * x - 1)
-            ):
-                raise Hint(tr("d/dx atan(x) = 1 / (1 + x**2): a plus, not a minus"))
-            if not torch.allclose(found, truth):
-                raise Hint(tr("d/dx atan(x) = 1 / (1 + x**2); section 5 prints the formula"))
+            if _close(grad_y, truth[0]) and _close(grad_x, -truth[1]):
+                raise Hint(
+                    tr(
+                        "the sign of grad_x: for a point with y > 0, does its angle grow or "
+                        "shrink as x grows?"
+                    )
+                )
+            if _close(grad_y, -truth[0]) and _close(grad_x, truth[1]):
+                raise Hint(
+                    tr(
+                        "the sign of grad_y: for a point with x > 0, does its angle grow or "
+                        "shrink as y grows?"
+                    )
+                )
+            if _close(grad_y, grad / (1 + y * y)) or _close(grad_x, grad / (1 + x * x)):
+                raise Hint(
+                    tr(
+                        "that is atan's derivative at y or at x alone; atan2(y, x) is atan of "
+                        "y / x (for x > 0): the chain rule also multiplies by the derivative of "
+                        "y / x"
+                    )
+                )
+            if not (_close(grad_y, truth[0]) and _close(grad_x, truth[1])):
+                wrong = [
+                    n
+                    for n, f, t in (("grad_y", grad_y, truth[0]), ("grad_x", grad_x, truth[1]))
+                    if not _close(f, t)
+                ]
+                raise Hint(
+                    tr(
+                        "torch's gradient differs from yours in {wrong}: where x > 0, atan2(y, x) "
+                        "= atan(y / x); differentiate that with section 5's formula and the "
+                        "chain rule",
+                        wrong=tr("grad_y and grad_x") if len(wrong) == 2 else wrong[0],
+                    )
+                )
             continue
-        if found.dtype != truth.dtype:
+        if (grad_y.dtype, grad_x.dtype) != (y.dtype, y.dtype):
             raise Hint(
                 tr(
-                    "a hidden case ({case}): your gradient is {found}, the input is {dtype}; "
-                    "compute in x's dtype, with no fixed dtype or constant tensor",
+                    "a hidden case ({case}): your gradients are {found}, the inputs {dtype}; "
+                    "compute in the inputs' dtype, with no fixed dtype or constant tensor",
                     case=tr(name),
-                    found=found.dtype,
-                    dtype=truth.dtype,
+                    found=[grad_y.dtype, grad_x.dtype],
+                    dtype=y.dtype,
                 )
             )
-        if not torch.allclose(found, truth, rtol=1e-5, atol=1e-12):
-            bad = (found - truth).abs().argmax().item()
+        for got, want in ((grad_y, truth[0]), (grad_x, truth[1])):
+            if _close(got, want):
+                continue
+            bad = (got - want).abs().nan_to_num(float("inf")).argmax().item()
+            at = f"y = {y.flatten()[bad].item():g}, x = {x.flatten()[bad].item():g}"
+            if not torch.isfinite(got.flatten()[bad]):
+                raise Hint(
+                    tr(
+                        "a hidden case ({case}): your gradient is {value} at {at}, where atan2 "
+                        "is differentiable; does your formula divide by x somewhere? Simplify it "
+                        "until it divides only by a quantity that is zero at (0, 0) alone",
+                        case=tr(name),
+                        value=got.flatten()[bad].item(),
+                        at=at,
+                    )
+                )
             raise Hint(
                 tr(
-                    "a hidden case ({case}) differs at flat index {index}: does your formula "
-                    "hold for every value, shape and dtype, not only the shown 16 values?",
+                    "a hidden case ({case}) differs at {at}: does your formula hold for every "
+                    "point, also where x <= 0, and for every shape and dtype?",
                     case=tr(name),
-                    index=bad,
+                    at=at,
                 )
             )
-    return tr("grad / (x * x + 1): the formula of derivatives.yaml, which AtanBackward0 computes")
+    formula = operator_path.derivative_entry("atan2")["formulas"]["self"]
+    header = Path(torch.__file__).parent / "include/torch/csrc/autograd/FunctionsManual.h"
+    assert formula.startswith("atan2_backward(") and "atan2_backward(" in header.read_text(), (
+        f"derivatives.yaml's atan2 entry: expected a call of atan2_backward, declared in "
+        f"FunctionsManual.h, found {formula!r}"
+    )
+    return tr(
+        (
+            "grad_y = grad * x / (x*x + y*y), grad_x = -grad * y / (x*x + y*y): the chain rule "
+            "on atan(y / x), simplified, holds at every point but (0, 0); derivatives.yaml "
+            "gives atan2 no inline formula but calls {formula}, a C++ function that "
+            "torch/csrc/autograd/FunctionsManual.h declares"
+        ),
+        formula=formula,
+    )
