@@ -29,11 +29,17 @@ def shard_shape(global_shape, world_size, rank):
     return (mine, *global_shape[1:])
 
 
-# 13.3 What w.grad holds when each hook runs. A register_hook hook receives the gradient before
-# AccumulateGrad adds it to .grad; a post-accumulate-grad hook runs after. Backward 1 (gradient
-# 1): .grad None before, 1.0 after. Backward 2 (gradient 2, no zero_grad): 1.0 before, 3.0 after.
-# So ZeRO-2 reduces in the post-accumulate-grad hook: .grad is complete there and can be dropped.
-HOOKS = {("hook", 1): None, ("post", 1): 1.0, ("hook", 2): 1.0, ("post", 2): 3.0}
+# 13.3 Stage 2's reduce-and-drop moved into a tensor hook (`p.register_hook`, reading the
+# gradient it is called with). A leaf's tensor hook runs before AccumulateGrad writes .grad (it
+# finds .grad None in the first backward, a post-accumulate-grad hook finds it set), and
+# AccumulateGrad still runs after the hook returns: the hook reduces the gradient into the shard
+# and sets p.grad = None, then AccumulateGrad stores that same gradient in .grad. After backward 1
+# (gradient 1) the shard holds 1 and p.grad 1; backward 2 (gradient 2): the hook drops p.grad,
+# adds 2 (shard 3), and AccumulateGrad stores 2. So the shard is right, but every rank still holds
+# a full gradient: "full", for the reason "before". Not "after" (the hook finds .grad None at
+# first), not "per_use" (a leaf used twice gets one call, with the summed gradient), not "ignored"
+# (in the post-accumulate-grad hook the drop sticks: section 3's stage 2 keeps only the shard).
+HOOKS = ("full", "before")
 
 # 13.4 Gradient bytes per rank for make_model() at N = 16, (ZeRO-2, FSDP2).
 # ZeRO-2, padded_numel per parameter: 300 -> 304, 30 -> 32, 900 -> 912, 30 -> 32, 180 -> 192,
@@ -129,11 +135,16 @@ WRONG = {
         ([(2, 30), (2, 30), (2, 30), (0, 30)], "give a function"),
     ],
     "13.3": [
-        ({("hook", 1): None, ("post", 1): None, ("hook", 2): 1.0, ("post", 2): 3.0}, "after"),
-        ({("hook", 1): 1.0, ("post", 1): 1.0, ("hook", 2): 1.0, ("post", 2): 3.0}, "before"),
-        ({("hook", 1): None, ("post", 1): 1.0, ("hook", 2): 1.0, ("post", 2): 2.0}, "adds"),
-        ({("hook", 1): None, ("post", 1): 1.0, ("hook", 2): 2.0, ("post", 2): 3.0}, "not received"),
-        ({("hook", 1): None, ("post", 1): 1.0}, "keys"),
+        (("same", "after"), "first backward"),
+        (("same", "before"), "after a tensor hook returns"),
+        (("full", "after"), "first backward"),
+        (("full", "ignored"), "not ignored"),
+        (("twice", "per_use"), "count the calls"),
+        (("lost", "before"), "nothing removes"),
+        (("twice", "before"), "reaches the shard once"),
+        (("full", "because"), "not a reason key"),
+        (("kept", "before"), "not an outcome key"),
+        ("full", "pair"),
     ],
     "13.4": [
         ((361.5, 460, 336), "padded with zeros"),

@@ -39,24 +39,31 @@ SPLIT_VS_DDP = (4, 3)
 PROFILE_ALLREDUCES = 108
 
 # 14.4 Which CANDIDATES' frames does Dynamo skip as a first frame? trace_rules.check(fn) is True
-# for code in a package on MOD_SKIPLIST: torch.nn (ReLU.forward, ModuleList.__iter__, DDP's
-# _run_ddp_forward), torch.distributed (all_reduce), torch.autograd (record_function, which
-# torch.profiler re-exports). torch.optim is not on it (SGD.step is traced), nor is src/helpers.
+# when the file of the code that runs lies under a directory of a module on MOD_SKIPLIST:
+# torch/nn (ReLU.forward, DDP's _run_ddp_forward), torch/distributed (all_reduce's wrapper in
+# c10d_logger.py), torch/autograd (record_function, which torch.profiler re-exports). SGD.step
+# runs torch/optim/optimizer.py's wrapper: torch.optim is on no list, so it is traced, as is
+# src/helpers. The two that go against their module: SGD.zero_grad is decorated with
+# torch._disable_dynamo, so the code that runs is `inner` in torch/_compile.py (torch._compile is
+# on MOD_SKIPLIST): skipped; DDP.no_sync is a contextlib.contextmanager, so the code that runs is
+# contextlib's `helper`, in the standard library, on no list: traced. Reason "wrapper": neither
+# `__module__` ("module") nor MOD_INLINELIST ("inline", asked only for inlined calls: DDP's
+# _run_ddp_forward, in no_sync's module, is skipped) nor a per-function entry ("table") decides.
 # (Called from a compiled frame, dist.all_reduce is not skipped either: Dynamo rewrites it to a
 # functional collective before any skip rule is asked.)
 SKIPPED = {
     "ReLU.forward",
-    "ModuleList.__iter__",
     "DistributedDataParallel._run_ddp_forward",
     "dist.all_reduce",
     "record_function.__enter__",
+    "SGD.zero_grad",
 }
 
 SOLUTIONS = {
     "14.1": ddp_optimizer_buckets,
     "14.2": SPLIT_VS_DDP,
     "14.3": PROFILE_ALLREDUCES,
-    "14.4": SKIPPED,
+    "14.4": (SKIPPED, "wrapper"),
 }
 
 
@@ -133,11 +140,18 @@ WRONG = {
         (54, "section 5's 3 buckets"),
     ],
     "14.4": [
-        ({"ReLU.forward", "ModuleList.__iter__"}, "MOD_SKIPLIST"),
-        ({"ReLU.forward"}, "2 in torch.nn"),
-        (SKIPPED - {"dist.all_reduce"}, "not the only one"),
-        (SKIPPED | {"ddp_compile.batch"}, "src/helpers"),
-        (SKIPPED | {"SGD.step"}, "not every package"),
-        ({"Module.forward"}, "not among the candidates"),
+        (({"ReLU.forward", "dist.all_reduce"}, "wrapper"), "2 elsewhere"),
+        (({"ReLU.forward"}, "wrapper"), "1 in torch.nn"),
+        ((SKIPPED - {"dist.all_reduce"}, "wrapper"), "not the only one"),
+        ((SKIPPED - {"SGD.zero_grad"}, "wrapper"), "not the only one"),
+        ((SKIPPED | {"ddp_compile._train_step"}, "wrapper"), "src/helpers"),
+        ((SKIPPED | {"SGD.step"}, "wrapper"), "not every file"),
+        ((SKIPPED | {"DistributedDataParallel.no_sync"}, "wrapper"), "the code that runs"),
+        ((SKIPPED, "module"), "other than the module"),
+        ((SKIPPED, "inline"), "first frame"),
+        ((SKIPPED, "table"), "rules for files"),
+        ((SKIPPED, "because"), "not a reason key"),
+        (({"Module.forward"}, "wrapper"), "not among the candidates"),
+        (SKIPPED, "give a pair"),
     ],
 }

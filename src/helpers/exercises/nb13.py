@@ -4,8 +4,9 @@ The truths come from the ZeRO paper's mixed-precision accounting (13.1, with tor
 from `helpers.sharded` (`memory_formula`, `padded_numel`, `make_model`), from
 FSDP2's own chunking (`_chunk_with_empty`, `_get_dim_chunked_size` in
 torch/distributed/fsdp/_fully_shard/_fsdp_common.py), on which the reader's `shard_shape` runs
-in-process on the shown case and hidden ones, and from autograd itself (two hooks on a leaf,
-recorded over two backward passes). No judge launches processes.
+in-process on the shown case and hidden ones, and from autograd itself (13.3: stage 2's
+reduce-and-drop run in a tensor hook and in a post-accumulate-grad hook on a leaf over two backward
+passes, and each stated reason tested on a leaf). No judge launches processes.
 
 Numbers may come as Python, numpy or 0-d torch scalars (`_num`).
 """
@@ -401,8 +402,12 @@ def shard_shape_code(answer: Any) -> str:
     )
 
 
-#: 13.3: the two hooks, by the names the answer uses
+#: 13.3: the two hooks, by the names `hook_timeline` records them under
 HOOK_KEYS = (("hook", 1), ("post", 1), ("hook", 2), ("post", 2))
+#: 13.3: what a rank would hold if stage 2 reduced and dropped in a tensor hook (`register_hook`)
+OUTCOMES = ("same", "full", "lost", "twice")
+#: 13.3: the stated reasons; the judge decides from autograd which one holds
+HOOK_REASONS = ("before", "after", "per_use", "ignored")
 
 
 def hook_timeline() -> dict[tuple[str, int], float | None]:
@@ -432,16 +437,88 @@ def hook_timeline() -> dict[tuple[str, int], float | None]:
     return {key: seen[key] for key in HOOK_KEYS}
 
 
-def _grad_value(value: Any) -> float | None | str:
-    if value is None:
-        return None
-    f = _num(value)
-    return "bad" if f is None else f
+def hook_variant(kind: str) -> tuple[float, float | None]:
+    """(the shard's gradient, `w.grad`) after two backward passes of stage 2's reduce-and-drop.
+
+    `ZeroAdamW._reduce` at world size 1 (the shard is the whole gradient, no process group): a
+    leaf `w`, backward k computes `(k * w).sum()` (gradient k), no zero_grad between them. The
+    hook adds the gradient into the shard's and sets `w.grad = None`; it is registered with
+    `register_post_accumulate_grad_hook` ("post", reading `w.grad` as section 3's does) or with
+    `register_hook` ("hook", reading the gradient it is called with).
+    """
+    w = torch.zeros((), requires_grad=True)
+    shard: list[torch.Tensor] = []
+
+    def reduce(grad: torch.Tensor) -> None:
+        out = grad.detach().clone()
+        shard[:] = [out if not shard else shard[0] + out]
+        w.grad = None  # stage 2 keeps only the shard
+
+    if kind == "hook":
+        w.register_hook(lambda grad: reduce(grad))
+    else:
+        w.register_post_accumulate_grad_hook(lambda p: reduce(p.grad))
+    for k in (1, 2):
+        (k * w).sum().backward()
+    return float(shard[0]), None if w.grad is None else float(w.grad)
+
+
+def hook_outcome() -> str | None:
+    """The OUTCOMES key for what the tensor-hook variant leaves after two backward passes."""
+    shard, grad = hook_variant("hook")
+    return {(3.0, None): "same", (3.0, 2.0): "full", (2.0, None): "lost", (2.0, 2.0): "lost",
+            (4.0, None): "twice", (4.0, 2.0): "twice"}.get((shard, grad))  # fmt: skip
+
+
+def hook_reasons() -> dict[str, bool]:
+    """Which of HOOK_REASONS holds in the installed torch, each decided by autograd itself."""
+    seen = hook_timeline()
+    w = torch.zeros((), requires_grad=True)
+    calls: list[float] = []
+    w.register_hook(lambda grad: calls.append(float(grad)))
+    (2 * w + 3 * w).sum().backward()  # w used twice in one forward
+    dropped = hook_variant("post")[1] is None  # p.grad = None in a hook sticks
+    return {
+        "before": seen[("hook", 1)] is None and seen[("post", 1)] is not None,
+        "after": seen[("hook", 1)] is not None,
+        "per_use": len(calls) == 2,
+        "ignored": not dropped,
+    }
+
+
+_REASON_HINTS = {
+    "after": N_(
+        "if a tensor hook ran after .grad is written, it would find .grad set in the first "
+        "backward: record what w.grad holds inside one"
+    ),
+    "per_use": N_(
+        "for a leaf used twice in forward, backward sums the two parts of its gradient "
+        "before it calls the tensor hook: count the calls"
+    ),
+    "ignored": N_(
+        "section 3's stage 2 sets p.grad = None in its hook and keeps only the shard (section 4 "
+        "measures it): an assignment in a hook is not ignored"
+    ),
+}
+_OUTCOME_HINTS = {
+    "same": N_(
+        "the drop saves memory only if nothing writes .grad again later in the same backward: "
+        "what runs on the parameter after a tensor hook returns?"
+    ),
+    "lost": N_(
+        "the hook adds each backward's gradient into the shard's, which keeps what it held: "
+        "nothing removes the first one"
+    ),
+    "twice": N_(
+        "the hook reads the gradient it is called with, that backward's alone, not .grad: "
+        "each gradient reaches the shard once"
+    ),
+}
 
 
 @exercise(
     "13.3",
-    "When each gradient hook runs",
+    "Why ZeRO-2 drops the gradient in a post-accumulate-grad hook",
     look=N_(
         "torch's docs of the two Tensor methods: register_post_accumulate_grad_hook \"will be "
         "called after all gradients for a tensor have been accumulated, meaning that the .grad "
@@ -450,67 +527,73 @@ def _grad_value(value: Any) -> float | None | str:
         "will be used in place of grad\" (AccumulateGrad, the node that writes a leaf's .grad: "
         "nb14 section 6)"
     ),
-    reveal=N_("`helpers.exercises.nb13.hook_timeline()`: the two hooks, two backward passes"),
+    reveal=N_(
+        "`helpers.exercises.nb13.hook_variant('hook')`: the reduce-and-drop in a tensor hook over "
+        "two backward passes; `hook_reasons()` decides each reason"
+    ),
 )
 def hook_timing(answer: Any) -> str:
-    if not isinstance(answer, dict) or set(answer) != set(HOOK_KEYS):
+    if isinstance(answer, list) and len(answer) == 2:
+        answer = tuple(answer)
+    if not (isinstance(answer, tuple) and len(answer) == 2):
         raise Hint(
             tr(
-                "give a dict with the keys {keys}: w.grad as each hook sees it",
-                keys=list(HOOK_KEYS),
+                "give a pair (outcome, reason), e.g. ('lost', 'after'); the outcomes are "
+                "{outcomes}, the reasons {reasons}",
+                outcomes=list(OUTCOMES),
+                reasons=list(HOOK_REASONS),
             )
         )
-    given = {k: _grad_value(v) for k, v in answer.items()}
-    if "bad" in given.values():
-        raise Hint(tr("each value is None or a number (what w.grad holds at that moment)"))
-    truth = hook_timeline()
-    if given == truth:
+    outcome, reason = answer
+    if outcome not in OUTCOMES:
+        raise Hint(
+            tr(
+                "{outcome!r} is not an outcome key; choose one of {outcomes}",
+                outcome=outcome,
+                outcomes=list(OUTCOMES),
+            )
+        )
+    if reason not in HOOK_REASONS:
+        raise Hint(
+            tr(
+                "{reason!r} is not a reason key; choose one of {reasons}",
+                reason=reason,
+                reasons=list(HOOK_REASONS),
+            )
+        )
+    truths = hook_reasons()
+    holds = [r for r in HOOK_REASONS if truths[r]]
+    right_outcome = hook_outcome()
+    if holds != ["before"] or right_outcome != "full":  # the world the verdict below explains
+        raise Hint(
+            tr(
+                "this torch's autograd no longer matches the exercise (reasons that hold: "
+                "{holds}, outcome: {outcome}); the notebook needs updating",
+                holds=holds,
+                outcome=right_outcome,
+            ),
+            counts=False,
+        )
+    if (outcome, reason) == (right_outcome, holds[0]):
+        shard, grad = hook_variant("hook")
         return tr(
             (
-                "{truth}: a register_hook hook receives the gradient before AccumulateGrad "
-                "adds it to .grad, a post-accumulate one after. That is why ZeRO-2 reduces "
-                "in the second: .grad then holds everything backward accumulated, and nothing "
-                "later in backward reads it, so the hook may reduce-scatter it and drop it."
+                "{pair}: backward calls a tensor hook before AccumulateGrad stores the gradient "
+                "in .grad, so the reduce-scatter happens, but the p.grad = None it sets is "
+                "undone when AccumulateGrad then stores the gradient the hook just reduced: after "
+                "the second backward the shard holds {shard} and p.grad {grad}, a full gradient "
+                "on every rank, as under ZeRO-1. A post-accumulate-grad hook runs after "
+                "AccumulateGrad: .grad then holds everything backward accumulated and nothing "
+                "later in backward writes it, so the drop sticks. That is why stage 2 reduces "
+                "there."
             ),
-            truth=truth,
+            pair=(outcome, reason),
+            shard=shard,
+            grad=grad,
         )
-    if given[("post", 1)] is None:
-        raise Hint(
-            tr(
-                "the post-accumulate-grad hook runs after AccumulateGrad has written .grad: "
-                "on the first backward it is no longer None there"
-            )
-        )
-    if given[("hook", 1)] is not None:
-        raise Hint(
-            tr(
-                "a register_hook hook receives the gradient as its argument, before it is "
-                "accumulated: what does .grad hold before the first backward?"
-            )
-        )
-    if given[("hook", 2)] is None:
-        raise Hint(tr(".grad keeps the first backward's value until something sets it to None"))
-    second = truth[("post", 2)] - truth[("hook", 2)]  # the second backward's gradient alone
-    if given[("hook", 2)] == second:
-        raise Hint(
-            tr(
-                "the hook's argument is the new gradient, but .grad has not received it yet: "
-                "it still holds what the first backward left"
-            )
-        )
-    if given[("post", 2)] == second:
-        raise Hint(
-            tr(
-                "without zero_grad the second backward adds its gradient to .grad, it does "
-                "not replace it"
-            )
-        )
-    raise Hint(
-        tr(
-            "backward k computes (k * w).sum(), so its gradient is k; .grad accumulates: "
-            "before and after AccumulateGrad, what does it hold?"
-        )
-    )
+    if reason != holds[0]:
+        raise Hint(tr(_REASON_HINTS[reason]))
+    raise Hint(tr(_OUTCOME_HINTS[outcome]))
 
 
 def grad_bytes(world_size: int = GRAD_RANKS) -> tuple[float, float]:

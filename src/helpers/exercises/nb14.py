@@ -5,7 +5,9 @@ The truths come from the installed torch: DDPOptimizer's own bucketing run on an
 `compile_fn` cuts the buckets before it splits the graph), against which the reader's
 `ddp_optimizer_buckets` runs in-process on the shown case and hidden ones; DDP's bucket
 assignment (`dist._compute_bucket_assignment_by_size`) and Dynamo's skip rule
-(`trace_rules.check`). No judge launches processes or compiles.
+(`trace_rules.check`; for 14.4's reason, `check_file` on the files of the two decorated candidates'
+wrappers and definitions, their `__module__` against `MOD_SKIPLIST` and `MOD_INLINELIST`, and the
+rule map). No judge launches processes or compiles.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import os
 import re
 import textwrap
 from typing import Any
@@ -478,14 +481,18 @@ def profile_count(answer: Any) -> str:
 
 CANDIDATES = {
     "ReLU.forward": torch.nn.ReLU.forward,
-    "ModuleList.__iter__": torch.nn.ModuleList.__iter__,
     "DistributedDataParallel._run_ddp_forward": DDP._run_ddp_forward,
+    "DistributedDataParallel.no_sync": DDP.no_sync,
     "dist.all_reduce": dist.all_reduce,
     "record_function.__enter__": torch.profiler.record_function.__enter__,
     "SGD.step": torch.optim.SGD.step,
-    "ddp_compile.batch": ddp_compile.batch,
+    "SGD.zero_grad": torch.optim.SGD.zero_grad,
     "ddp_compile._train_step": ddp_compile._train_step,
 }
+#: 14.4: the two candidates whose verdict goes against the list their `__module__` is on
+AGAINST = ("SGD.zero_grad", "DistributedDataParallel.no_sync")
+#: 14.4: the stated reasons for those two; the judge decides from trace_rules which one holds
+SKIP_REASONS = ("module", "inline", "table", "wrapper")
 
 
 def skipped_frames() -> set[str]:
@@ -495,21 +502,106 @@ def skipped_frames() -> set[str]:
     return {name for name, fn in CANDIDATES.items() if trace_rules.check(fn)}
 
 
+def _on(module: str, names: set[str]) -> bool:
+    """`module` is one of `names` or inside one of them (trace_rules' lists hold module names)."""
+    return any(module == m or module.startswith(m + ".") for m in names)
+
+
+def skip_reasons() -> dict[str, bool]:
+    """Which of SKIP_REASONS decides, for both AGAINST candidates, what trace_rules answers."""
+    from torch._dynamo import trace_rules
+
+    decides = {r: True for r in SKIP_REASONS}
+    for name in AGAINST:
+        fn = CANDIDATES[name]
+        skipped = trace_rules.check(fn)
+        defined = inspect.unwrap(fn)
+        wrapper_file = fn.__code__.co_filename  # the code that runs: the wrapper's, if any
+        by_module = _on(fn.__module__, trace_rules.MOD_SKIPLIST)
+        by_inline = by_module and not _on(fn.__module__, trace_rules.MOD_INLINELIST)
+        decides["module"] &= by_module == skipped
+        decides["inline"] &= by_inline == skipped
+        decides["table"] &= trace_rules.get_torch_obj_rule_map().get(fn) is not None
+        decides["wrapper"] &= (
+            defined is not fn
+            and trace_rules.check_file(wrapper_file).skipped == skipped
+            and trace_rules.check_file(defined.__code__.co_filename).skipped != skipped
+        )
+    return decides
+
+
+def _under(fn: Any, package: str) -> bool:
+    """The code that runs for `fn` lies in torch's `package` directory (e.g. "nn")."""
+    root = os.path.dirname(torch.__file__)
+    return os.path.abspath(fn.__code__.co_filename).startswith(os.path.join(root, package) + os.sep)
+
+
+_SKIP_REASON_HINTS = {
+    "module": N_(
+        "torch.optim is on neither list and torch.nn is on MOD_SKIPLIST, yet these two go the "
+        "other way: Dynamo looks up something other than the module a function belongs to"
+    ),
+    "inline": N_(
+        "MOD_INLINELIST is asked only for a call from a frame Dynamo is tracing; as a first "
+        "frame, DistributedDataParallel._run_ddp_forward, from the same module as no_sync, is "
+        "skipped"
+    ),
+    "table": N_(
+        "neither has an entry of its own in trace_rules' table of single functions: their "
+        "verdict comes from the rules for files"
+    ),
+}
+
+
 @exercise(
     "14.4",
-    "Which frames Dynamo skips",
+    "Which frames Dynamo skips, and what decides it",
     look=N_(
-        "section 2 (Dynamo's two rules for torch/nn), and `MOD_SKIPLIST` in "
-        "torch/_dynamo/trace_rules.py, next to the file each candidate's code lives in "
-        "(`fn.__code__.co_filename`; `__module__` can name a wrapped function's module)"
+        "section 2 (Dynamo's two rules for torch/nn); in torch/_dynamo/trace_rules.py, "
+        "`check_file` and `MOD_SKIPLIST` above it, next to the file of the code each candidate "
+        "runs (`fn.__code__.co_filename`, against `inspect.unwrap(fn)`'s)"
     ),
     reveal=N_(
-        "`trace_rules.check(fn)` for each candidate (`CANDIDATES` in helpers/exercises/nb14.py)"
+        "`trace_rules.check(fn)` for each candidate (`CANDIDATES` in helpers/exercises/nb14.py), "
+        "and `check_file` on the file of each one's wrapper and of its definition"
     ),
 )
 def skipped(answer: Any) -> str:
-    given = choice_set(answer, sorted(CANDIDATES), tr("names from CANDIDATES"), "{'A.f', 'B.g'}")
+    collections = (set, frozenset, list, tuple)
+    if not (
+        isinstance(answer, (list, tuple))
+        and len(answer) == 2
+        and isinstance(answer[0], collections)
+    ):
+        raise Hint(
+            tr(
+                "give a pair (set of names, reason key), e.g. ({{'A.f', 'B.g'}}, 'module'); "
+                "the reason keys are {reasons}",
+                reasons=list(SKIP_REASONS),
+            )
+        )
+    names, reason = answer
+    given = choice_set(names, list(CANDIDATES), tr("names from CANDIDATES"), "{'A.f', 'B.g'}")
+    if reason not in SKIP_REASONS:
+        raise Hint(
+            tr(
+                "{reason!r} is not a reason key; choose one of {reasons}",
+                reason=reason,
+                reasons=list(SKIP_REASONS),
+            )
+        )
     truth = skipped_frames()
+    decides = skip_reasons()
+    holds = [r for r in SKIP_REASONS if decides[r]]
+    if holds != ["wrapper"]:  # the world the verdict below explains
+        raise Hint(
+            tr(
+                "this torch's trace rules no longer match the exercise (reasons that decide: "
+                "{holds}); the notebook needs updating",
+                holds=holds,
+            ),
+            counts=False,
+        )
     ours = {n for n in CANDIDATES if n.startswith("ddp_compile.")}
     if given & ours - truth:
         raise Hint(
@@ -522,20 +614,20 @@ def skipped(answer: Any) -> str:
         raise Hint(
             tr(
                 (
-                    "{extra}: not every package of torch is on MOD_SKIPLIST; find the module "
-                    "its code lives in"
+                    "{extra}: find the file of the code that runs when each is called; not "
+                    "every file, of torch or not, lies under a directory on MOD_SKIPLIST"
                 ),
                 extra=sorted(given - truth),
             )
         )
     missing = truth - given
     if missing:
-        in_nn = sum(CANDIDATES[n].__module__.startswith("torch.nn") for n in missing)
+        in_nn = sum(_under(CANDIDATES[n], "nn") for n in missing)
         if in_nn == 0:
             raise Hint(
                 tr(
                     (
-                        "{n} more of them live in packages on MOD_SKIPLIST, torch.nn is not the "
+                        "{n} more of them live in modules on MOD_SKIPLIST, torch.nn is not the "
                         "only one: look up the file each candidate's code lives in"
                     ),
                     n=len(missing),
@@ -544,7 +636,7 @@ def skipped(answer: Any) -> str:
         raise Hint(
             tr(
                 (
-                    "{n} more of them live in packages on MOD_SKIPLIST: {in_nn} in torch.nn, "
+                    "{n} more of them live in modules on MOD_SKIPLIST: {in_nn} in torch.nn, "
                     "{other} elsewhere; look up the file each candidate's code lives in"
                 ),
                 n=len(missing),
@@ -552,6 +644,8 @@ def skipped(answer: Any) -> str:
                 other=len(missing) - in_nn,
             )
         )
+    if reason != holds[0]:
+        raise Hint(tr(_SKIP_REASON_HINTS[reason]))
     from torch._dynamo import trace_rules
     from torch.distributed._functional_collectives import traceable_collective_remaps
 
@@ -563,16 +657,45 @@ def skipped(answer: Any) -> str:
         for n in truth
         if n not in rewritten and not trace_rules.check(CANDIDATES[n], is_inlined_call=True)
     )
+    root = os.path.dirname(torch.__file__)
+    runs = {
+        n: (
+            CANDIDATES[n].__code__.co_qualname,
+            os.path.relpath(CANDIDATES[n].__code__.co_filename, os.path.dirname(root)),
+        )
+        for n in AGAINST
+    }
+    runs["DistributedDataParallel.no_sync"] = (
+        runs["DistributedDataParallel.no_sync"][0],
+        os.path.basename(DDP.no_sync.__code__.co_filename),
+    )
+    dirs = sorted(
+        {
+            m
+            for n in truth - set(AGAINST)
+            for m in trace_rules.MOD_SKIPLIST
+            if _under(CANDIDATES[n], m.removeprefix("torch.").replace(".", os.sep))
+        }
+    )
     return tr(
         (
-            "{sorted_truth}: their code lives in packages on MOD_SKIPLIST (torch.nn, "
-            "torch.distributed, torch.autograd, ...); torch.optim is not on it, "
+            "{sorted_truth}, because of the file of the code that runs, whatever module a "
+            "function belongs to: SGD.zero_grad runs {zero_code} (torch._disable_dynamo's "
+            "wrapper) from {zero_file}, under torch._compile on MOD_SKIPLIST, and "
+            "DistributedDataParallel.no_sync runs {sync_code} (contextlib.contextmanager's) "
+            "from the standard library's {sync_file}, on no list. The other skipped ones' "
+            "code lies under {dirs} (MOD_SKIPLIST); SGD.step's is in torch/optim, on no list, "
             "and src/helpers is not in torch. Called from a compiled frame, {inlined} are "
             "inlined rather than skipped (MOD_INLINELIST), and a call of {rewritten} is "
-            "rewritten to a functional collective (`traceable_collective_remaps`, all_reduce "
-            "to `_functional_collectives.all_reduce_inplace`) before any skip rule is asked."
+            "rewritten to a functional collective (`traceable_collective_remaps`, all_reduce to "
+            "`_functional_collectives.all_reduce_inplace`) before any skip rule is asked."
         ),
         sorted_truth=sorted(truth),
+        zero_code=runs["SGD.zero_grad"][0],
+        zero_file=runs["SGD.zero_grad"][1],
+        sync_code=runs["DistributedDataParallel.no_sync"][0],
+        sync_file=runs["DistributedDataParallel.no_sync"][1],
+        dirs=dirs,
         inlined=inlined,
         rewritten=rewritten,
     )
