@@ -27,8 +27,8 @@ def silu_decomp(x):
 
 # 03.3 Lowered directly or decomposed first.
 # compile_fx hands AOTAutograd select_decomp_table() (section 3): the core table merged with
-# Inductor's own list inductor_decompositions, minus decomps_to_exclude (section 2's excerpt),
-# plus the @register_decomposition functions further down decomposition.py.
+# Inductor's own list inductor_decompositions, minus decomps_to_exclude, plus the
+# @register_decomposition functions further down decomposition.py (section 2's three excerpts).
 # mse_loss is not core and keeps its core entry. silu's core entry is excluded (the list says
 # "inductor uses exact eager decomposition"), but decomposition.py then registers its own,
 # x / (1 + exp(-x)): decomposed. gelu is core, yet inductor_decompositions has an entry for it

@@ -131,6 +131,7 @@ WRONG = {
         ([[0.0, 6.0, 12.0]] * 3, "all_reduce"),
         ([0.0, 2.0, 6.0], "sums the inputs"),
         ([18.0, 18.0, 18.0], "element-wise"),
+        (["0", "6", "12"], "numbers (floats or ints)"),  # float() would take the strings
     ],
     "04.2": [
         ((9, 10), "same number of workers"),

@@ -303,9 +303,10 @@ def _route(name: str) -> str:
     "03.3",
     "Lowered directly or decomposed first",
     look=N_(
-        "section 2 (the core table's entries, the exclusion list decomps_to_exclude) and "
-        "torch/_inductor/decomposition.py: the list inductor_decompositions above the "
-        "excerpt, and the @register_decomposition functions below it"
+        "section 2's excerpts of torch/_inductor/decomposition.py (the list "
+        "inductor_decompositions, the exclusion list decomps_to_exclude, the wrapper "
+        "register_decomposition), then the @register_decomposition functions that follow the "
+        "wrapper in that file"
     ),
     reveal=N_(
         "`op in core_aten_decompositions()` and `op in select_decomp_table()`, "

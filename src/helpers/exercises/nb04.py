@@ -3,7 +3,9 @@
 Each judge computes the right answer from the installed torch where it can: torchrun's rank
 assignment runs the installed agent's `_assign_worker_ranks` on an in-memory store, the reader's
 sampler indices are compared with the installed `DistributedSampler` (shown and hidden cases),
-and the reader's all-reduce runs through `launch_source` on 2 ranks, then on 3 (a hidden case).
+and the reader's all-reduce runs through `launch_source` on 2 ranks, then on 3 (a hidden case),
+against what the installed `dist.all_reduce` leaves on the same inputs (one cached launch, as
+04.1's `reduce_scatter_single`).
 Worked solutions: solutions/nb04.py.
 """
 
@@ -12,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import numbers
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 
 from helpers.exercises import N_, Hint, called_names, exercise, launch_source, tr
@@ -44,6 +48,22 @@ def _rs_truth() -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(float(v) for v in f) for f in found)
 
 
+def _number(value: Any) -> float:
+    """An int, a float, a NumPy number or a 1-element tensor as a float; a string, a bool or
+    anything else raises Hint (float() would take "6" and True)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return float(value)
+    raise Hint(
+        tr(
+            "each rank's out holds numbers (floats or ints), found {value!r}, a {type}",
+            value=value,
+            type=type(value).__name__,
+        )
+    )
+
+
 def _flat(answer: Any) -> list[float]:
     """[[0.0], [6.0], ...] or [0, 6, ...] -> [0.0, 6.0, ...]; anything else raises Hint."""
     if isinstance(answer, torch.Tensor):
@@ -63,7 +83,7 @@ def _flat(answer: Any) -> list[float]:
             a = a[0]
         if isinstance(a, (list, tuple)):
             raise Hint(tr("each rank keeps one element (its output has 1 element)"))
-        out.append(float(a))
+        out.append(_number(a))
     return out
 
 
@@ -85,7 +105,7 @@ def reduce_scatter_per_rank(answer: Any) -> str:
     if isinstance(answer, (list, tuple)) and len(answer) == RS_WORLD:
         rows = [list(a) if isinstance(a, (list, tuple)) else None for a in answer]
         if all(r is not None and len(r) == RS_WORLD for r in rows):
-            if [[float(x) for x in r] for r in rows] == [truth] * RS_WORLD:
+            if [[_number(x) for x in r] for r in rows] == [truth] * RS_WORLD:
                 raise Hint(
                     tr(
                         "every rank holding the whole sum is all_reduce; reduce_scatter leaves "
@@ -485,6 +505,42 @@ CASES_04_4 = [
 ]
 
 
+def _all_reduce_worker(rank: int, world_size: int, cases: list[list[Any]]) -> list[Any]:
+    """04.4's truth on one rank: the installed dist.all_reduce (SUM) of each case's inputs, on a
+    group of that case's ranks (0 .. len(inputs) - 1); None where this rank is not in it."""
+    import torch.distributed as dist
+
+    out = []
+    for inputs in cases:
+        group = dist.new_group(list(range(len(inputs))))  # every rank takes part in new_group
+        if rank >= len(inputs):
+            out.append(None)
+            continue
+        t = torch.tensor(inputs[rank], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+        out.append(t.tolist())
+    return out
+
+
+@functools.cache
+def _all_reduce_truth() -> tuple[list[Any], ...]:
+    """Per case of CASES_04_4, what each of its ranks holds after the installed dist.all_reduce:
+    one launch (cached) on as many ranks as the largest case, a smaller case on a subgroup."""
+    cases = [inputs for _what, _root, inputs in CASES_04_4]
+    world = max(len(inputs) for inputs in cases)
+    try:
+        found = launch_source(_all_reduce_worker, world_size=world, args=(cases,), timeout_s=60)
+    except Exception as e:  # noqa: BLE001  the judge's own launch: not the reader's try
+        raise Hint(
+            tr(
+                "the check's own all_reduce did not run ({error}): run the cell again",
+                error=type(e).__name__,
+            ),
+            counts=False,
+        ) from None
+    return tuple([found[r][k] for r in range(len(inputs))] for k, inputs in enumerate(cases))
+
+
 def _launch_hint_04(error: Exception, root: int) -> Hint:
     from helpers.launch import LaunchTimeout
 
@@ -568,8 +624,9 @@ def all_reduce_from_reduce_broadcast(answer: Any) -> str:
                 tr("a hidden case ({case}): {problem}", case=tr(what), problem=str(hint))
             ) from None
         found = [_as_list(f) for f in returned]
-        truth = torch.tensor(inputs, dtype=torch.float64).sum(0).tolist()
-        if found == [truth] * world_size:
+        held = _all_reduce_truth()[k]  # what dist.all_reduce leaves on each of these ranks
+        truth = held[root]
+        if found == held:
             continue
         if found[root] == truth and k > 0:
             problem = tr(
@@ -604,8 +661,8 @@ def all_reduce_from_reduce_broadcast(answer: Any) -> str:
             raise Hint(problem)
         raise Hint(tr("a hidden case ({case}): {problem}", case=tr(what), problem=problem))
     return tr(
-        "every rank returns the sum, on 2 ranks with root 1 and on 3 ranks with root 2 (a 2 x "
-        "3 tensor): reduce leaves the sum on the root only, broadcast from the root then "
-        "copies it to every rank, the element-wise sum all_reduce leaves (section 4 checked "
-        "that)"
+        "every rank returns what the installed dist.all_reduce (SUM) leaves with the same "
+        "inputs on as many ranks (the check ran it too): on 2 ranks with root 1 and on 3 ranks "
+        "with root 2 (a 2 x 3 tensor). reduce leaves the sum on the root only, and broadcast "
+        "from the root then copies it to every rank"
     )
