@@ -35,8 +35,9 @@ stays float64). `E[x^2] - E[x]^2` cancels when |mean| >> std; float64 pushes tha
 (notebook 07 shows float32 power sums failing on a channel where float64 ones hold).
 nn.SyncBatchNorm instead all-gathers each rank's (mean, invstd, count) and merges them in
 `torch.batch_norm_gather_stats_with_counts`, which receives per-rank means and inverse standard
-deviations with their counts, not power sums (its CUDA kernel is in aten/src/ATen/native/cuda/
-Normalization.cuh, which the wheel does not ship).
+deviations with their counts, not power sums (its CUDA kernel, batch_norm_reduce_statistics_kernel,
+is in aten/src/ATen/native/cuda/Normalization.cuh, which the wheel ships under torch/include/;
+notebook 07 shows its merge loop from there).
 """
 
 from .harness import (

@@ -26,15 +26,11 @@ Every collective goes through `_collective`, which records its kind, phase and m
 """
 
 from .harness import (
-    SEQUENCE_PARTIAL,
-    _grad_shards,
     dtensor_worker,
     layer_worker,
     local_tensor_grad_placements,
     max_diff,
-    max_errors,
     mlp_block_reference,
-    reference_layer,
 )
 from .lesson import (
     _PHASE,
@@ -45,6 +41,7 @@ from .lesson import (
     HEADS,
     HIDDEN,
     SEQ,
+    SEQUENCE_PARTIAL,
     CopyToParallel,
     GatherColumnLinear,
     Layer,
@@ -55,6 +52,7 @@ from .lesson import (
     _collective,
     _drop,
     _dtensor_run,
+    _grad_shards,
     _grads,
     _local_masks,
     _log_counts,
@@ -69,8 +67,10 @@ from .lesson import (
     layer_input,
     local_tensor_mlp,
     make_layer,
+    max_errors,
     mlp_block,
     parallel_mlp_block,
+    reference_layer,
     ring_bytes,
     shard_layer,
     tensor_parallel_worker,

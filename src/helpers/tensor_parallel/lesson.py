@@ -361,6 +361,61 @@ class GatherColumnLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
+def reference_layer(layer: Layer, x: torch.Tensor, masks: dict[str, torch.Tensor]):
+    """The layer in one process: the result every parallel version must reproduce."""
+    h = layer.ln1(x)
+    attn = _attention(layer.q(h), layer.k(h), layer.v(h), masks["attn"], layer.heads)
+    x = x + _drop(layer.o(attn), masks["attn_out"])
+    h = F.gelu(layer.fc1(layer.ln2(x)))
+    return x + _drop(layer.fc2(h), masks["mlp_out"])
+
+
+# parameters whose gradient is a partial sum on each rank under sequence parallelism: they act on
+# a sequence chunk only (LayerNorms, the row-parallel biases); Megatron all-reduces them
+SEQUENCE_PARTIAL = ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias", "o.bias", "fc2.bias")
+
+
+def _grad_shards(layer: Layer, rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """The one-process gradients cut the way `shard_layer` cuts the parameters."""
+    grads = Layer()
+    with torch.no_grad():
+        for p, g in zip(grads.parameters(), layer.parameters(), strict=True):
+            p.copy_(g.grad)
+    return {k: v.detach() for k, v in shard_layer(grads, rank, world_size).items()}
+
+
+def max_errors(per_rank: list[dict], name: str) -> dict[str, float]:
+    """Max |parallel - one process| over ranks, for the loss, output, input and every gradient.
+
+    `per_rank` is a launch of `tensor_parallel_worker`; `name` is "tp", "no_f" or "sp". Under
+    "sp" the output and input gradient are the ranks' chunks concatenated, and the gradients in
+    SEQUENCE_PARTIAL are summed over ranks before the comparison.
+    """
+    n = len(per_rank)
+    layer, x, masks = make_layer(), layer_input().requires_grad_(), dropout_masks()
+    out = reference_layer(layer, x, masks)
+    loss = (out.double() ** 2).sum()
+    loss.backward()
+    runs = [r[name] for r in per_rank]
+    errors = {"loss": max(abs(r["loss"] - float(loss.detach())) for r in runs)}
+    for key, ref in (("out", out.detach()), ("x_grad", x.grad)):
+        if name == "sp":
+            got = torch.cat([torch.tensor(r[key]) for r in runs])
+            errors[key] = float((got - ref.reshape(-1)).abs().max())
+        else:
+            errors[key] = max(float((torch.tensor(r[key]) - ref.reshape(-1)).abs().max())
+                              for r in runs)  # fmt: skip
+    grads = [_grad_shards(layer, rank, n) for rank in range(n)]
+    for k in grads[0]:
+        if name == "sp" and k in SEQUENCE_PARTIAL:
+            got = sum(torch.tensor(r["grads"][k]) for r in runs)
+            errors[k] = float((got - grads[0][k].reshape(-1)).abs().max())
+        else:
+            errors[k] = max(float((torch.tensor(r["grads"][k]) - g[k].reshape(-1)).abs().max())
+                            for r, g in zip(runs, grads, strict=True))  # fmt: skip
+    return errors
+
+
 # -- 15 · 5. Activation memory per rank, against Korthikanti et al. (2022) ------------------------
 
 
