@@ -7,7 +7,9 @@ from torch.export import Dim
 # (Scaled.forward(self, x, scale)), one spec per input. For a tensor the spec maps a dimension
 # number to a torch.export.Dim: x is (B, 1, 8, 8) and scale (B, 10), so the batch is dimension
 # 0 of both. Both must be declared: logits * scale ties x's batch to scale's, and a static
-# scale pins the batch to the example's 2. One Dim object says they are the same size.
+# scale pins the batch to the example's 2. One Dim object says they are the same size; two
+# Dims give a file that runs, but only through torch.onnx.export's retry with the fix
+# torch.export suggests: torch.export alone refuses them ("Constraints violated").
 # Outputs are not named: torch.export derives the output's batch from the inputs.
 _batch = Dim("batch")
 SOLUTIONS = {"10.1": {"x": {0: _batch}, "scale": {0: _batch}}}
@@ -69,6 +71,11 @@ WRONG = {
         ({"x": [0], "scale": [0]}, "dynamic_axes"),
         ({"x": {0: Dim("batch", max=2)}, "scale": {0: Dim("batch", max=2)}}, "max=2"),
         ({"x": {0: _batch}, "scale": None}, "refuses batch 3"),
+        # two Dims: the file runs (torch.onnx.export merges them), torch.export refuses them
+        (
+            {"x": {0: Dim("batch_x")}, "scale": {0: Dim("batch_scale")}},
+            "refuses your spec as written",
+        ),
     ],
     "10.2": [
         ({**SOLUTIONS["10.2"], "aten::sinc": 7, "aten::expm1": 7}, "no symbolic at any opset"),
