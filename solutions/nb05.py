@@ -22,12 +22,15 @@ def received_shares(n, rank):
     return [{(rank - 1 - k) % n for k in range(s + 1)} for s in range(n - 1)]
 
 
-# 05.3 Where the ring starts to beat naive (α = 20 µs, β = 1 / 10 GB/s, N = 8).
+# 05.3 Where the ring starts to beat naive (α = 20 µs, β = 1 / 10 GB/s, N = 8 and N = 2).
 # naive: (N-1)(α + nβ); ring: 2(N-1)α + 2(N-1)/N nβ. Equal when
 #   (N-1)α + (N-1)nβ = 2(N-1)α + 2(N-1)/N nβ  ->  nβ (1 - 2/N) = α  ->  n = αN / ((N-2)β)
 # (section 6's n*, derived there for its fit at N = 4; here the arithmetic with this α, β, N)
-# = 20e-6 * 8 / (6 * 1e-10) ≈ 266,667 bytes (about 260 KiB). Above it the ring wins.
-ANSWER_05_3 = 20e-6 * 8 / ((8 - 2) * (1 / 10e9))
+# N = 8: 20e-6 * 8 / (6 * 1e-10) ≈ 266,667 bytes (about 260 KiB). Above it the ring wins.
+# N = 2: the formula divides by N-2 = 0, so go back to the two times: naive α + nβ, ring
+# 2α + nβ. The byte terms are equal (2(N-1)/N = 1 = N-1), the ring has one more message: it is
+# α slower at every size, and there is no crossover (None).
+ANSWER_05_3 = (20e-6 * 8 / ((8 - 2) * (1 / 10e9)), None)
 
 
 # 05.4 The ring's reduce-scatter with isend and irecv.
@@ -136,10 +139,16 @@ WRONG = {
         ([{1}, {0, 1}, {0, 1, 4}, {0, 1, 3, 4}], "function"),
     ],
     "05.3": [
-        (200_000.0, "α/β alone"),
-        (0.2667, "MB"),
-        (1e6, "put in this α"),
-        (20e-6 * 8 / (7 * 1e-10), "N-2"),
+        ((200_000.0, None), "α/β alone"),
+        ((0.2667, None), "MB"),
+        ((1e6, None), "put in this α"),
+        ((20e-6 * 8 / (7 * 1e-10), None), "N-2"),
+        # N = 8 right, and n* = αN/((N-1)β) at N = 2 (the N-1 slip dodges the division by 0)
+        ((266_667.0, 400_000.0), "compare them term by term"),
+        ((266_667.0, 0.0), "compare them term by term"),
+        ((None, None), "the ring does win above some size"),
+        # the first part alone, as the exercise asked before it asked for N = 2
+        (266_667.0, "give a pair"),
     ],
     "05.4": [
         (_uses_all_reduce, "do not call a collective"),

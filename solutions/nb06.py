@@ -2,10 +2,12 @@
 
 # 06.1 A smaller cap, fewer buckets? (make_wide_mlp, 1,597,480 B; bucket_cap_mb=2 and 0.5)
 # _BucketCapacityConfig.create: bucket_cap_mb is given, so is_using_default is False and the
-# first bucket's cap equals the others': 2 MiB = 2,097,152 B (C true). The rebuilt buckets walk
-# the gradients from the last layer: 40 + 20480 + 2048 + 1048576 + 2048 + 524288 = 1,597,480 B
-# never reaches 2 MiB, so the whole model is one bucket from step 1 on (A true): lowering the cap
-# from 25 to 2 removed the 1 MiB first bucket that split the default run in two.
+# first bucket's cap equals the others': 2 MiB = 2,097,152 B once the buckets are rebuilt (C
+# true; step 0 has no size limit, below). The rebuilt buckets walk the gradients from the last
+# layer: 40 + 20480 + 2048 + 1048576 + 2048 + 524288 = 1,597,480 B never reaches 2 MiB, so the
+# whole model is one bucket from step 1 on (A true). Passing bucket_cap_mb explicitly (2 here,
+# 25 in section 4 alike) is what leaves one bucket: the 1 MiB first bucket that splits the
+# default run in two is only for bucket_cap_mb None and no bucket_cap_mb_list.
 # The rebuild does not depend on the cap: should_rebuild_buckets is
 # (static_graph_ || !find_unused_parameters_) && !has_rebuilt_bucket_, so after step 0 the bucket
 # is rebuilt in gradient order (4.bias first, not 0.weight: B false; section 4's explicit
@@ -147,14 +149,18 @@ def _calls_torch(params, limits):
 
 WRONG = {
     "06.1": [
+        # the first hint names no statement, only whether a chosen one is false or a true one is
+        # left out (the five questions come with the second step, whichever letters were chosen)
         # an explicit cap that (they think) turns the rebuild off: the single bucket stays
-        ({"A", "B", "C"}, "rebuilds its buckets"),
+        ({"A", "B", "C"}, "at least one statement you chose is false"),
         # the explicit cap applied from the first iteration on
-        ({"A", "C", "D", "E"}, "first iteration"),
+        ({"A", "C", "D", "E"}, "at least one statement you chose is false"),
+        # every letter: still no letter named
+        ({"A", "B", "C", "D", "E"}, "at least one statement you chose is false"),
         # the 1 MiB first bucket kept: 2 buckets with bucket_cap_mb=2
-        ({"E"}, "first bucket's cap"),
+        ({"E"}, "a true statement is missing"),
         # the cap rule right, the 0.5 MiB buckets worked out wrong (more, smaller buckets)
-        ({"A", "C"}, "closes once it reaches its cap"),
+        ({"A", "C"}, "a true statement is missing"),
         ({"a", "c"}, "is missing"),
         ("A", "a set of letters"),
         ({"F"}, "not among the candidates"),

@@ -1,7 +1,9 @@
 """DDP, read by running it: the harness.
 
-What the notebooks run around the lesson (`lesson.py` beside this file) without showing it. It
-imports from the lesson, never the reverse.
+What the notebooks run around the lesson (`lesson.py` beside this file) without showing it,
+except `unused_loop_worker`, whose loop 06's exercise 3 has the reader read (the reader's own
+`show_source` call, in no stored cell: its judge runs it). It imports from the lesson, never the
+reverse.
 
 Used by: notebooks 04, 06, 07, 08, 13 and 14.
 """

@@ -270,14 +270,14 @@ def bucket_worker(rank: int, world_size: int, steps: int = 3) -> dict[str, Any]:
 def rebuild_worker(
     rank: int, world_size: int, options: list[dict], steps: int = 4
 ) -> list[dict[str, Any]]:
-    """When the Reducer rebuilds its buckets, per DDP option dict: the measured side of the
-    C++ rule `Reducer::should_rebuild_buckets` (reducer.hpp, shipped in the wheel).
-
-    `make_wide_mlp` (about 1.5 MiB) is wrapped with each option and trained `steps` steps with
-    `count_allreduce_hook` registered; per option: the bucket sizes in bytes at construction
-    (the logging data's `bucket_sizes`) and, per step, the byte size of each bucket the hook
-    was handed, in the order it was handed them.
-    """
+    """When the Reducer rebuilds its buckets (`Reducer::should_rebuild_buckets`, reducer.hpp):
+    `make_wide_mlp` under each option dict, `steps` steps with `count_allreduce_hook`; per option
+    the bucket bytes at construction (logging data `bucket_sizes`) and, per step, the bytes of
+    each bucket the hook was handed, in order. Options may set only the two flags the rule
+    reads: the worker measures that rule, not what other arguments do (06's exercise 1)."""
+    flags = {"find_unused_parameters", "static_graph"}  # the DDP arguments the rule reads
+    if any(set(kwargs) - flags for kwargs in options):
+        raise ValueError(f"rebuild_worker: options may set only {sorted(flags)}, found {options}")
     out = []
     for kwargs in options:
         ddp = wrap_ddp(make_wide_mlp(seed=0), **kwargs)

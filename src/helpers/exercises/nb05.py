@@ -258,23 +258,44 @@ def _shares_hint(found: list[frozenset[int]], n: int, rank: int) -> str:
     )
 
 
-# 05.3: the alpha-beta crossover of ring and naive
-ALPHA, BETA, AB_WORLD = 20e-6, 1 / 10e9, 8
+# 05.3: the alpha-beta crossover of ring and naive, at N = 8 and at N = 2
+ALPHA, BETA, AB_WORLD, AB_PAIR = 20e-6, 1 / 10e9, 8, 2
+#: Sizes (bytes) at which the N = 2 gap between the modelled ring and naive is measured.
+PAIR_SIZES = (1.0, 1e3, 1e6, 1e9, 1e12)
+#: What the reader may write for "the ring never beats naive" (besides None and math.inf).
+NEVER_WORDS = ("never", "none", "no crossover")
 
 
-def _crossover() -> float:
-    """The size (bytes) where the modelled ring and naive times are equal, by bisection."""
+def _gap(size: float, world: int) -> float:
+    """Modelled ring time minus naive time (seconds) for `size` bytes on `world` ranks."""
+    return ar.alpha_beta_time("ring", size, world, ALPHA, BETA) - ar.alpha_beta_time(
+        "naive", size, world, ALPHA, BETA
+    )
 
-    def gap(s: float) -> float:
-        return ar.alpha_beta_time("ring", s, AB_WORLD, ALPHA, BETA) - ar.alpha_beta_time(
-            "naive", s, AB_WORLD, ALPHA, BETA
-        )
 
+def _crossover(world: int = AB_WORLD) -> float | None:
+    """The size (bytes) where the modelled ring and naive times are equal, by bisection on
+    1 B .. 1 TB; None when the ring is slower at every size there (the gap does not change
+    sign)."""
     lo, hi = 1.0, 1e12
+    if _gap(hi, world) > 0:
+        return None
     for _ in range(200):
         mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if gap(mid) > 0 else (lo, mid)
+        lo, hi = (mid, hi) if _gap(mid, world) > 0 else (lo, mid)
     return (lo + hi) / 2
+
+
+def _never(value: Any) -> bool:
+    """The reader's way of saying there is no crossover: None, +inf, or a word for it."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return value.strip().lower() in NEVER_WORDS
+    try:
+        return float(value) == float("inf")
+    except (TypeError, ValueError):
+        return False
 
 
 @exercise(
@@ -282,23 +303,68 @@ def _crossover() -> float:
     "Where the ring starts to beat naive",
     look=N_("section 6: the α-β formulas of naive and ring, and the crossover n* below the timing"),
     reveal=N_(
-        '`ar.alpha_beta_time("ring", n, 8, 20e-6, 1e-10)` against the same for '
-        '"naive", bisected for n'
+        '`ar.alpha_beta_time("ring", n, N, 20e-6, 1e-10)` against the same for "naive", '
+        "bisected for n, at N = 8 and N = 2"
     ),
 )
 def ring_beats_naive(answer: Any) -> str:
-    found = _number(answer, tr("the size in bytes"))
-    truth = _crossover()
-    if abs(found - truth) <= 0.02 * truth:
-        return tr(
-            (
-                "about {truth:,.0f} bytes: (N-1)(α + nβ) = 2(N-1)α + 2(N-1)/N nβ gives n = αN "
-                "/ ((N-2)β); below it the ring's {extra_steps} extra messages (latencies) cost "
-                "more than the bytes it saves"
-            ),
-            truth=truth,
-            extra_steps=AB_WORLD - 1,
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Hint(
+            tr(
+                "give a pair: (the size in bytes at N = {n}, the size at N = {pair}, or None "
+                "where there is none)",
+                n=AB_WORLD,
+                pair=AB_PAIR,
+            )
         )
+    at_eight, at_two = answer
+    if _never(at_eight):
+        raise Hint(
+            tr(
+                "at N = {n} the ring does win above some size: the bytes it saves grow with the "
+                "size, its extra latencies do not",
+                n=AB_WORLD,
+            )
+        )
+    found = _number(at_eight, tr("the size in bytes"))
+    truth = _crossover()
+    if truth is None:
+        raise RuntimeError("05.3: the modelled ring never beats naive at N = 8: update 05.3")
+    if abs(found - truth) > 0.02 * truth:
+        _crossover_hint(found, truth)
+    gaps = [_gap(size, AB_PAIR) for size in PAIR_SIZES]
+    if _crossover(AB_PAIR) is not None or not all(abs(g - ALPHA) <= 1e-9 * ALPHA for g in gaps):
+        raise RuntimeError(
+            f"05.3: at N = 2 the modelled ring should be α slower at every size, found {gaps}"
+        )
+    if not _never(at_two):
+        raise Hint(
+            tr(
+                "N = {n} is right; N = {pair} is not yet: write both modelled times out at "
+                "N = {pair} and compare them term by term before trusting n*'s formula",
+                n=AB_WORLD,
+                pair=AB_PAIR,
+            )
+        )
+    return tr(
+        (
+            "about {truth:,.0f} bytes at N = {n}: (N-1)(α + nβ) = 2(N-1)α + 2(N-1)/N nβ gives "
+            "n = αN / ((N-2)β); below it the ring's {extra_steps} extra messages (latencies) "
+            "cost more than the bytes it saves. At N = {pair} there is none: the ring sends "
+            "2(N-1)/N n = n bytes, as many as naive's (N-1) n, in 2 messages against 1, so the "
+            "model has it one α ({alpha:g} s) slower at every size (N-2 = 0 in n*'s "
+            "denominator)"
+        ),
+        truth=truth,
+        n=AB_WORLD,
+        extra_steps=AB_WORLD - 1,
+        pair=AB_PAIR,
+        alpha=ALPHA,
+    )
+
+
+def _crossover_hint(found: float, truth: float) -> None:
+    """Raise the hint for a wrong size at N = AB_WORLD (the pair's first element)."""
     if abs(found - ALPHA / BETA) <= 0.02 * ALPHA / BETA:
         raise Hint(
             tr(

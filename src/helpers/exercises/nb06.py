@@ -144,15 +144,31 @@ def cap_facts() -> tuple[dict[str, bool], dict]:
     return truth, runs
 
 
+#: 06.1's `look`, also the first half of the second step of its hints (`_cap_hint`).
+_CAP_LOOK = N_(
+    "section 4: the excerpts of `_BucketCapacityConfig.create` (the first bucket's cap when "
+    "bucket_cap_mb is given) and of `compute_bucket_size_limits` (the first iteration), the "
+    "rebuild rule `should_rebuild_buckets`, the `bucket_cap_mb=25` rows and the "
+    "`parameter bytes:` line"
+)
+
+
+def _first_caps() -> dict[str, int]:
+    """The first bucket's cap (bytes) that the installed `_BucketCapacityConfig.create` gives
+    bucket_cap_mb None, 25 and 2, and a bucket_cap_mb_list of [1, 25] with bucket_cap_mb None."""
+    from torch.nn.parallel.distributed import _BucketCapacityConfig
+
+    cases = {"None": (None, None), "25": (25, None), "2": (2, None), "list": (None, [1, 25])}
+    return {
+        label: _BucketCapacityConfig.create(mb, mb_list, False).first_bucket_bytes_cap
+        for label, (mb, mb_list) in cases.items()
+    }
+
+
 @exercise(
     "06.1",
     "A smaller cap, fewer buckets?",
-    look=N_(
-        "section 4: the excerpts of `_BucketCapacityConfig.create` (the first bucket's cap when "
-        "bucket_cap_mb is given) and of `compute_bucket_size_limits` (the first iteration), the "
-        "rebuild rule `should_rebuild_buckets`, the `bucket_cap_mb=25` rows and the "
-        "`parameter bytes:` line"
-    ),
+    look=_CAP_LOOK,
     reveal=N_(
         "`cap_replay_worker(rank, 4, CAP_RUNS, 3)` in the judge module, launched on 4 gloo "
         "ranks: the three runs under real DDP, the buckets the comm hook was handed at each step"
@@ -168,18 +184,22 @@ def smaller_cap(answer: Any) -> str:
         default, two, half = (runs[label] for label in CAP_RUNS)
         step0_one = all(len(run["steps"][0]) == 1 for run in runs.values())
         rebuilt = all(run["steps"][1][0][1][0] == "4.bias" for run in runs.values())
-        if not (step0_one and rebuilt and default["first_cap"] == 2**20):
-            raise RuntimeError("06.1: DDP's first iteration or rebuild changed: update 06.1")
+        mib = 2**20
+        caps = {"None": mib, "25": 25 * mib, "2": 2 * mib, "list": 25 * mib}
+        if not (step0_one and rebuilt and default["first_cap"] == mib and _first_caps() == caps):
+            raise RuntimeError("06.1: DDP's first iteration, caps or rebuild changed: update 06.1")
         return tr(
             (
-                "{right} hold. An explicit bucket_cap_mb is every bucket's cap, the first's "
-                "too ({first} B with bucket_cap_mb=2): the 1 MiB first bucket is only for "
-                "bucket_cap_mb left at None, so lowering 25 to 2 merges the two rebuilt buckets "
-                "into one. Step 0 is one bucket in every run (the first iteration has no size "
-                "limit), and every run rebuilds its buckets after it, in gradient order (step 1 "
-                "lists {first_param} first). With 0.5 MiB the buckets close at the same "
-                "parameters as the default's. The replay, bytes per bucket at steps 0, 1, 2: "
-                "default {default}; bucket_cap_mb=2 {two}; bucket_cap_mb=0.5 {half}"
+                "{right} hold. Once the buckets are rebuilt, an explicit bucket_cap_mb is every "
+                "bucket's cap, the first's too ({first} B with bucket_cap_mb=2): passing it "
+                "explicitly (2 here, 25 in section 4 alike) leaves this model one bucket, and the "
+                "1 MiB first bucket that splits the default run in two is only for bucket_cap_mb "
+                "left at None with no bucket_cap_mb_list. Step 0 is one bucket in every run (the "
+                "first iteration has no size limit), and every run rebuilds its buckets after "
+                "it, in gradient order (step 1 lists {first_param} first). With 0.5 MiB the "
+                "buckets close at the same parameters as the default's. The replay, bytes per "
+                "bucket at steps 0, 1, 2: default {default}; bucket_cap_mb=2 {two}; "
+                "bucket_cap_mb=0.5 {half}"
             ),
             right=sorted(right),
             first=two["first_cap"],
@@ -188,24 +208,22 @@ def smaller_cap(answer: Any) -> str:
             two=_sizes(two),
             half=_sizes(half),
         )
-    chosen_false = [k for k in _FALSE_FIRST if k in found - right]
-    if chosen_false:
-        raise Hint(
-            tr(
-                "at least one statement you chose is false: {question}",
-                question=tr(_CAP_QUESTIONS[chosen_false[0]]),
-            )
-        )
-    missing = [k for k in _MISSING_FIRST if k in right - found]
+    # The first try names no statement (a question per statement would name its letter, and a
+    # few tries would then read the answer off the hints); the second step asks all five.
     raise Hint(
-        tr(
-            "a true statement is missing: {question}",
-            question=tr(_CAP_QUESTIONS[missing[0]]),
-        )
+        tr("at least one statement you chose is false")
+        if found - right
+        else tr("a true statement is missing"),
+        look=tr(
+            "{look}; and for each statement (the same five questions, whichever you chose): "
+            "{questions}",
+            look=tr(_CAP_LOOK),
+            questions=" ".join(f"{k}: {tr(_CAP_QUESTIONS[k])}" for k in CAP_STATEMENTS),
+        ),
     )
 
 
-#: What to think about for each of 06.1's statements (a false one chosen, a true one left out).
+#: What to think about for each of 06.1's statements (all five, in order, from the second try).
 _CAP_QUESTIONS = {
     "A": N_(
         "with bucket_cap_mb given, how many of the model's 1,597,480 bytes fit under the first "
@@ -215,18 +233,19 @@ _CAP_QUESTIONS = {
         "does a byte cap appear in the condition under which the Reducer rebuilds its buckets "
         "after an iteration?"
     ),
-    "C": N_("when bucket_cap_mb is passed explicitly, what is the first bucket's cap?"),
+    "C": N_(
+        "when bucket_cap_mb is passed explicitly, what is the first bucket's cap once the buckets "
+        "are rebuilt?"
+    ),
     "D": N_(
         "which size limit does DDP give the first iteration when neither per-bucket caps nor "
         "find_unused_parameters are given?"
     ),
     "E": N_(
-        "walk the gradients from the last layer with a 0.5 MiB cap: a bucket closes once it "
-        "reaches its cap, with the parameter that reaches it inside"
+        "walking the gradients from the last layer with a 0.5 MiB cap, where does each bucket "
+        "close (once it reaches its cap, with the parameter that reaches it inside)?"
     ),
 }
-_FALSE_FIRST = ("B", "D", "A", "C", "E")  # the mechanism a wrong choice most likely misread
-_MISSING_FIRST = ("C", "A", "E", "B", "D")
 # 06.2: a sum loss on the ranks against a mean loss on one process
 
 
@@ -267,7 +286,7 @@ def sum_loss_factor() -> float:
     "06.2",
     "A sum loss on the ranks, a mean loss as reference",
     look=N_(
-        "section 4: what the default all-reduce does with the ranks' summed gradients "
+        "section 4: what the default all-reduce does with the ranks' sum-loss gradients "
         "(divided by world_size, then summed), and section 5's comparison with a mean loss"
     ),
     reveal=N_(
@@ -292,9 +311,9 @@ def sum_instead_of_mean(answer: Any) -> str:
                 "each rank's gradient is the sum over its {per_rank} samples; DDP divides each "
                 "by world_size = {ranks} and adds the {ranks}: G / {ranks}, G the sum over all "
                 "{total} samples (a real DDP backward on {ranks} gloo ranks, without a comm "
-                "hook, left exactly that in .grad); the mean loss divides by every element, "
-                "{total} x {outputs} = {elements}: G / {elements}. Factor {elements}/{ranks} = "
-                "{truth:g}"
+                "hook, left that in .grad, to float rounding); the mean loss divides by every "
+                "element, {total} x {outputs} = {elements}: G / {elements}. Factor "
+                "{elements}/{ranks} = {truth:g}"
             ),
             per_rank=PER_RANK,
             ranks=RANKS,
