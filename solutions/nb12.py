@@ -15,8 +15,11 @@ SOLUTIONS = {"12.1": "board::blend(Tensor a, Tensor b, float alpha) -> Tensor"}
 # and section 3's _backward calls it with the forward input's H and W: it returns the gradient
 # of the forward's input, so its shape is that input's, (N, C, in_h, in_w). N and C come from
 # grad_output (N, C, in_h * scale, in_w * scale); in_h and in_w are given as ints, so the fake
-# kernel needs no division. A fake kernel computes no data: grad_output.new_empty keeps the
-# dtype and device and, under FakeTensorMode, returns a FakeTensor.
+# kernel needs no division. Like _upsample_fake (section 3), it takes its sizes from the
+# arguments: grad_output.new_empty keeps the dtype and device and, under FakeTensorMode, returns a
+# FakeTensor. (A copy such as grad_output[..., ::scale, ::scale].clone() also has the right shape:
+# under FakeTensorMode no check sees data computed, so the prompt asks for sizes from the
+# arguments and the check compares shape, dtype and device.)
 # The check compares the result's shape, dtype and device with those of the fake kernel that
 # build() registers for upsample_backward, called on the same FakeTensor; each case's
 # grad_output is shaped as the board's NumPy reference upsamples an (N, C, in_h, in_w) input.
@@ -63,6 +66,7 @@ WRONG = {
         ("blend(Tensor a, Tensor b, float alpha) -> Tensor", "namespace"),
         ("board::blend(Tensor a, Tensor b, float alpha)", "return type"),
         ("board::blend(Tensor a, Tensor b, int alpha) -> Tensor", "fractional"),
+        ("board::blend(Tensor a, Tensor b, SymInt alpha) -> Tensor", "symbolic `int`"),
         ("board::blend(Tensor x, Tensor y, float w) -> Tensor", "name the arguments"),
         ("board::blend(Tensor(a!) a, Tensor b, float alpha) -> Tensor(a!)", "alias"),
         ("board::blend(Tensor a, Tensor b, float alpha) -> Tensor(a)", "alias"),

@@ -136,6 +136,7 @@ WRONG = {
     ],
     "13.3": [
         (("same", "after"), "first backward"),
+        (("same", "after"), "after a tensor hook returns"),
         (("same", "before"), "after a tensor hook returns"),
         (("full", "after"), "first backward"),
         (("full", "ignored"), "not ignored"),

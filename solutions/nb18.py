@@ -12,10 +12,12 @@ SOLUTIONS: dict = {"18.1": {"atan", "asinh", "silu"}}
 # 18.2 For the functional atan, ADInplaceOrView and AutocastCPU are fallthrough backend
 # fallbacks (section 4): a backend fallback serves only the ops with no kernel of their own for
 # the key. The in-place atan_ writes into its input: the generated ADInplaceOrViewType_*.cpp
-# registers a kernel for it (as for the other in-place ops that are not CompositeImplicitAutograd)
-# that redispatches below the key and then bumps the version counter of the tensor it wrote (for
-# a view op it also ties the output to its base). Autocast registers kernels only for the ops on
-# its casting lists (autocast_mode.cpp: mm, conv2d, ...; atan_ is on none:
+# registers a kernel for it (as for every public in-place op with kernels of its own but detach_,
+# whose ADInplaceOrView slot is the fallthrough fallback; its autograd kernel is hand-written in
+# VariableTypeManual.cpp) that redispatches below the key and then bumps the version counter
+# of the tensor it wrote (for a view op it also ties the output to its base). Autocast registers
+# kernels only for the ops on its casting lists (autocast_mode.cpp: mm, conv2d, ...; atan_ is on
+# none:
 # torch._C._dispatch_has_kernel_for_dispatch_key("aten::atan_", "AutocastCPU") is False), so for
 # atan_ only AutocastCPU falls through: dispatch_table("aten::atan_")[key].fallthrough.
 SOLUTIONS["18.2"] = ({"AutocastCPU"}, "version")
@@ -29,8 +31,14 @@ SOLUTIONS["18.2"] = ({"AutocastCPU"}, "version")
 # same; at x = 0 (y != 0) atan(y / x) is undefined but atan2 is smooth, and the simplified form
 # (which divides only by x**2 + y**2, zero at the origin alone) holds there too: the unsimplified
 # one gives nan (the hidden case with x = 0). The backward multiplies by the incoming grad.
-# torch's derivatives.yaml calls atan2_backward(grad, self, other, grad_input_mask), a C++
-# function (FunctionsManual.h), so the notebook prints no formula to copy.
+# On the branch cut (y = 0, x < 0) atan2 jumps by 2 pi and has no derivative in y; torch returns
+# the same expression there (the hidden case y = 0, x = -1).
+# Then compare: derivatives.yaml's atan2 entry computes the backward in the C++
+# atan2_backward(grad, self, other, grad_input_mask) (FunctionsManual.h), and its forward-mode
+#   result: (-self_p * other_t + other_p * self_t) / (self_p.pow(2) + other_p.pow(2))
+# holds the same partials: the coefficient of self_t (y's tangent) is x / r2, of other_t -y / r2.
+# The prompt says so: reading torch's source is this collection's method, and the file gives a
+# JVP, which the reader still turns into the backward (each partial times grad, in y, x order).
 def atan2_backward(y, x, grad):
     r2 = x * x + y * y
     return grad * x / r2, -grad * y / r2
@@ -69,12 +77,78 @@ def _by_autograd(y, x, grad):
 
 
 def _by_autograd_elsewhere(y, x, grad):
-    """Autograd through another expression of the angle (asin): refused, torch differentiates."""
+    """Autograd through another expression of the angle (asin): refused, a tensor requires grad."""
     import torch
 
     yl, xl = y.detach().requires_grad_(), x.detach().requires_grad_()
     angle = torch.asin(yl / torch.sqrt(xl * xl + yl * yl))
     return torch.autograd.grad(angle, (yl, xl), grad)
+
+
+def _by_angle(y, x, grad):
+    """angle(complex(x, y)) is atan2(y, x), differentiated by the engine's run_backward: refused
+    (a tensor that requires grad; angle computes the angle)."""
+    import torch
+
+    yl, xl = y.detach().requires_grad_(), x.detach().requires_grad_()
+    angle = torch.angle(torch.complex(xl, yl))
+    engine = torch.autograd.Variable._execution_engine
+    return engine.run_backward((angle,), (grad,), False, False, (yl, xl), False)
+
+
+def _angle_quotient(y, x, grad):
+    """A difference quotient of angle(complex(x, y)), no graph: refused (angle)."""
+    import torch
+
+    h, yd, xd = 1e-7, y.double(), x.double()
+
+    def f(a, b):
+        return torch.angle(torch.complex(b, a))
+
+    gy, gx = (f(yd + h, xd) - f(yd, xd)) / h, (f(yd, xd + h) - f(yd, xd)) / h
+    return (grad * gy).to(y.dtype), (grad * gx).to(y.dtype)
+
+
+def _difference_quotient(y, x, grad):
+    """A central difference quotient of the angle written with acos: about 8 digits, refused."""
+    import torch
+
+    h, yd, xd = 6e-6, y.double(), x.double()
+
+    def f(a, b):
+        c = torch.acos(b / torch.sqrt(a * a + b * b))
+        return torch.where(a >= 0, c, -c)
+
+    gy = (f(yd + h, xd) - f(yd - h, xd)) / (2 * h)
+    gx = (f(yd, xd + h) - f(yd, xd - h)) / (2 * h)
+    return (grad * gy).to(y.dtype), (grad * gx).to(y.dtype)
+
+
+def _by_forward_mode(y, x, grad):
+    """Forward-mode AD (torch.func.jvp) of the angle written with acos: refused (make_dual)."""
+    import torch
+
+    def f(a, b):
+        c = torch.acos(b / torch.sqrt(a * a + b * b))
+        return torch.where(a >= 0, c, -c)
+
+    one, zero = torch.ones_like(y), torch.zeros_like(y)
+    _, ty = torch.func.jvp(f, (y, x), (one, zero))
+    _, tx = torch.func.jvp(f, (y, x), (zero, one))
+    return grad * ty, grad * tx
+
+
+def _by_func_grad(y, x, grad):
+    """torch.func.grad of the angle written with acos (its tensors are functorch's wrappers, which
+    do not show requires_grad below autograd): refused, it calls torch.autograd.grad."""
+    import torch
+
+    def f(a, b):
+        c = torch.acos(b / torch.sqrt(a * a + b * b))
+        return torch.where(a >= 0, c, -c)
+
+    gy, gx = torch.func.vmap(torch.func.grad(f, argnums=(0, 1)))(y.reshape(-1), x.reshape(-1))
+    return grad * gy.reshape(y.shape), grad * gx.reshape(x.shape)
 
 
 def _in_place(y, x, grad):
@@ -120,7 +194,12 @@ WRONG = {
         (lambda y, x, grad: (3.0, 4.0), "two tensors"),
         (5, "atan2_backward(y, x, grad)"),
         (_by_autograd, "runs aten.atan2"),
-        (_by_autograd_elsewhere, "asks torch for a gradient"),
+        (_by_autograd_elsewhere, "requires grad"),
+        (_by_func_grad, "asks torch for a derivative"),
+        (_by_angle, "requires grad"),
+        (_angle_quotient, "runs aten.angle"),
+        (_difference_quotient, "difference quotient"),
+        (_by_forward_mode, "asks torch for a derivative"),
         (_in_place, "writes into y, x or grad"),
         (_by_heart, "a hidden case"),
         (_float64_denominator, "a hidden case"),

@@ -136,6 +136,13 @@ def blend_schema(answer: Any) -> str:
     if [t for _, t in args] != [t for _, t in BLEND_ARGS]:
         types = [_schema_type(t) for _, t in args]
         if len(types) == 3 and types[2] == "int":
+            if re.search(r"\bSymInt\b", answer):  # torch prints SymInt as int
+                raise Hint(
+                    tr(
+                        "alpha is a fractional weight: `SymInt` (a symbolic `int`, which torch "
+                        "prints as `int`) would take only whole numbers"
+                    )
+                )
             raise Hint(tr("alpha is a fractional weight: `int` would take only whole numbers"))
         raise Hint(
             tr("the argument types are {types}; blend takes two tensors and one float", types=types)
@@ -362,8 +369,10 @@ def upsample_backward_fake(answer: Any) -> str:
                 tr("return a tensor made inside the fake mode, from grad_output (new_empty)")
             )
     return tr(
-        "under FakeTensorMode it returns (N, C, in_h, in_w) in grad_output's dtype, "
-        "with no data: what tracing a backward through the C++ kernel needs"
+        "under FakeTensorMode it returns a new tensor (no view of grad_output) of shape (N, C, "
+        "in_h, in_w) in grad_output's dtype and device: what tracing a backward through the C++ "
+        "kernel needs. The simplest form takes the sizes from the arguments, as `_upsample_fake` "
+        "does: N and C from grad_output, in_h and in_w as given"
     )
 
 

@@ -524,8 +524,8 @@ _OUTCOME_HINTS = {
         "called after all gradients for a tensor have been accumulated, meaning that the .grad "
         'field has been updated"; register_hook\'s hook is called "every time a gradient with '
         'respect to the Tensor is computed" and "can optionally return a new gradient which '
-        "will be used in place of grad\" (AccumulateGrad, the node that writes a leaf's .grad: "
-        "nb14 section 6)"
+        "will be used in place of grad\" (AccumulateGrad, the node that writes a leaf's .grad, "
+        "comes later in the course: notebook 14 section 6)"
     ),
     reveal=N_(
         "`helpers.exercises.nb13.hook_variant('hook')`: the reduce-and-drop in a tensor hook over "
@@ -580,9 +580,11 @@ def hook_timing(answer: Any) -> str:
             (
                 "{pair}: backward calls a tensor hook before AccumulateGrad stores the gradient "
                 "in .grad, so the reduce-scatter happens, but the p.grad = None it sets is "
-                "undone when AccumulateGrad then stores the gradient the hook just reduced: after "
-                "the second backward the shard holds {shard} and p.grad {grad}, a full gradient "
-                "on every rank, as under ZeRO-1. A post-accumulate-grad hook runs after "
+                "undone when AccumulateGrad then stores the gradient the hook just reduced. On a "
+                "scalar leaf with gradients 1 and 2 (world size 1), after the second backward "
+                "the shard holds {shard} (the sum) and p.grad {grad}, the second gradient alone: a "
+                "full-size gradient stays on every rank, as much memory as under ZeRO-1 (where "
+                "p.grad would hold the sum). A post-accumulate-grad hook runs after "
                 "AccumulateGrad: .grad then holds everything backward accumulated and nothing "
                 "later in backward writes it, so the drop sticks. That is why stage 2 reduces "
                 "there."
@@ -591,6 +593,8 @@ def hook_timing(answer: Any) -> str:
             shard=shard,
             grad=grad,
         )
+    if reason != holds[0] and outcome != right_outcome:  # both wrong: one hint for each
+        raise Hint(tr(_REASON_HINTS[reason]) + "\n" + tr(_OUTCOME_HINTS[outcome]))
     if reason != holds[0]:
         raise Hint(tr(_REASON_HINTS[reason]))
     raise Hint(tr(_OUTCOME_HINTS[outcome]))

@@ -7,6 +7,7 @@ autograd itself (the gradient of `torch.atan2`). CPU only.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -126,9 +127,9 @@ def skipped_keys(answer: Any) -> str:
     if given == truth and reason == right_reason:
         return tr(
             "for atan_ only {keys} falls through; atan's table skips {functional}: "
-            "ADInplaceOrView holds a generated kernel for atan_, as for the other in-place ops "
-            "with kernels of their own, which redispatches below itself and then bumps the "
-            "version counter of the tensor it wrote",
+            "ADInplaceOrView holds a generated kernel for atan_ (as for every public in-place "
+            "op with kernels of its own but detach_), which redispatches below itself and then "
+            "bumps the version counter of the tensor it wrote",
             keys=sorted(truth),
             functional=sorted(functional),
         )
@@ -164,12 +165,17 @@ def skipped_keys(answer: Any) -> str:
     )
 
 
-#: The ops 18.3's function must not run: atan2 itself and atan (atan2 is atan(y / x) for x > 0).
-_REFUSED_OPS = ("atan", "atan_", "atan2", "atan2_", "arctan", "arctan_", "arctan2", "arctan2_")
+#: The ops 18.3's function must not run: the ones that compute the angle, atan2 itself, atan
+#: (atan2 is atan(y / x) for x > 0) and angle (`angle(complex(x, y))` is atan2(y, x)).
+_REFUSED_OPS = (
+    "atan", "atan_", "atan2", "atan2_", "arctan", "arctan_", "arctan2", "arctan2_", "angle",
+)  # fmt: skip
 
 
 class _NoAtan(torch.utils._python_dispatch.TorchDispatchMode):
-    """Refuses atan and atan2 inside the reader's function: the formula needs neither."""
+    """Refuses, inside the reader's function, the ops that compute the angle (the formula needs
+    none) and every op on a tensor that requires grad: no autograd graph can be built, so no
+    entry point (torch.autograd.grad, the engine's run_backward, ...) has one to differentiate."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.name().split("::")[-1].split(".")[0] in _REFUSED_OPS:
@@ -181,12 +187,37 @@ class _NoAtan(torch.utils._python_dispatch.TorchDispatchMode):
                     op=str(func),
                 )
             )
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
+            raise Hint(
+                tr(
+                    "your function runs {op} on a tensor that requires grad, so torch records a "
+                    "graph to differentiate for you; write the derivative's formula with y, x "
+                    "and grad alone",
+                    op=str(func),
+                )
+            )
         return func(*args, **(kwargs or {}))
 
 
 def _autograd_codes() -> set:
-    """The code objects of the Python entry points that ask autograd for a gradient."""
-    return {torch.autograd.grad.__code__, torch.autograd.backward.__code__}
+    """The code objects of the Python entry points that ask autograd for a derivative: reverse
+    mode (grad, backward; torch.func's grad and vjp call grad) and forward mode (make_dual;
+    torch.func's jvp calls it)."""
+    import torch.autograd.forward_ad as forward_ad
+
+    return {
+        torch.autograd.grad.__code__,
+        torch.autograd.backward.__code__,
+        forward_ad.make_dual.__code__,
+    }
+
+
+def _autograd_builtins() -> set:
+    """The ids of the C functions behind those entry points that a reader could call directly:
+    `torch._make_dual` (forward mode). The engine's run_backward needs a graph, which
+    `_NoAtan` refuses to build."""
+    return {id(torch._C._VariableFunctions._make_dual)}
 
 
 #: 18.3's cases: (name, y, x, grad); the first is the one the prompt shows.
@@ -199,7 +230,7 @@ def _atan2_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]
     g2 = torch.randn(3, 5, generator=gen)  # float32, 2-D
     y3 = torch.tensor([1.0, -2.0, 0.5, 0.0, 3.0, -1e3], dtype=torch.float64)
     x3 = torch.tensor([0.0, 0.0, -2.0, -1.0, -1e-4, 1e3], dtype=torch.float64)
-    g3 = torch.tensor([1.0, 2.0, -1.0, 0.5, 0.0, 1.0], dtype=torch.float64)
+    g3 = torch.tensor([1.0, 2.0, -1.0, 0.5, 0.5, 1.0], dtype=torch.float64)
     return [
         (N_("y, x = 3 * randn(16) float64 (the shown case)"), y, x, grad),
         (N_("y and x of shape (3, 5), float32"), y2, x2, g2),
@@ -213,8 +244,23 @@ def atan2_truth(y: torch.Tensor, x: torch.Tensor, grad: torch.Tensor) -> tuple:
     return grads
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return bool(torch.allclose(a, b, rtol=1e-5, atol=1e-12))
+#: How close a gradient must be to torch's, by dtype: (rtol, atol). The formula evaluated
+#: directly differs from torch's by a few units in the last place (at most 4e-16 relative in
+#: float64 for the forms in solutions/nb18.py); a difference quotient of any expression of the
+#: angle agrees to about 1e-8 (one-sided) or 1e-10 (central) in float64, so float64 refuses it.
+_TOLERANCE = {torch.float64: (1e-12, 1e-15), torch.float32: (1e-5, 1e-12)}
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rough: bool = False) -> bool:
+    """a is b within the tolerance of b's dtype (`rough`: float32's, for any dtype)."""
+    rtol, atol = _TOLERANCE[torch.float32 if rough else b.dtype]
+    return bool(torch.allclose(a, b, rtol=rtol, atol=atol))
+
+
+def _digits(a: torch.Tensor, b: torch.Tensor) -> int:
+    """About how many significant digits a and b share, at the worst element."""
+    rel = ((a - b).abs() / b.abs().clamp_min(1e-300)).max().item()
+    return max(0, min(16, math.floor(-math.log10(rel)))) if rel > 0 else 16
 
 
 @exercise(
@@ -234,12 +280,12 @@ def atan2_backward(answer: Any) -> str:
     for i, (name, y, x, grad) in enumerate(_atan2_cases()):
         truth = atan2_truth(y, x, grad)
         y_in, x_in, grad_in = y.clone(), x.clone(), grad.clone()
-        with _NoAtan(), watching(_autograd_codes()) as asked:
+        with _NoAtan(), watching(_autograd_codes(), _autograd_builtins()) as asked:
             found = answer(y_in, x_in, grad_in)
         if asked:
             raise Hint(
                 tr(
-                    "your function asks torch for a gradient (it calls {called}); write the "
+                    "your function asks torch for a derivative (it calls {called}); write the "
                     "derivative's formula with y, x and grad alone",
                     called=f"{asked[0]}()",
                 )
@@ -319,6 +365,18 @@ def atan2_backward(answer: Any) -> str:
                         "y / x"
                     )
                 )
+            if not (_close(grad_y, truth[0]) and _close(grad_x, truth[1])) and (
+                _close(grad_y, truth[0], rough=True) and _close(grad_x, truth[1], rough=True)
+            ):
+                raise Hint(
+                    tr(
+                        "your gradients agree with torch's to only about {digits} significant "
+                        "digits, where a formula evaluated in float64 agrees to about 15: are "
+                        "you approximating the derivative (a difference quotient) instead of "
+                        "writing its formula?",
+                        digits=min(_digits(grad_y, truth[0]), _digits(grad_x, truth[1])),
+                    )
+                )
             if not (_close(grad_y, truth[0]) and _close(grad_x, truth[1])):
                 wrong = [
                     n
@@ -360,6 +418,18 @@ def atan2_backward(answer: Any) -> str:
                         at=at,
                     )
                 )
+            if _close(got, want, rough=True):
+                raise Hint(
+                    tr(
+                        "a hidden case ({case}): your gradient agrees with torch's to only "
+                        "about {digits} significant digits at {at}, where a formula evaluated "
+                        "in float64 agrees to about 15: are you approximating the derivative "
+                        "(a difference quotient) instead of writing its formula?",
+                        case=tr(name),
+                        digits=_digits(got, want),
+                        at=at,
+                    )
+                )
             raise Hint(
                 tr(
                     "a hidden case ({case}) differs at {at}: does your formula hold for every "
@@ -374,12 +444,29 @@ def atan2_backward(answer: Any) -> str:
         f"derivatives.yaml's atan2 entry: expected a call of atan2_backward, declared in "
         f"FunctionsManual.h, found {formula!r}"
     )
+    forward = forward_formula("atan2")
+    assert "self_t" in forward and "other_t" in forward, (
+        f"derivatives.yaml's atan2 entry: expected a forward-mode result: line in self_t and "
+        f"other_t, found {forward!r}"
+    )
     return tr(
         (
             "grad_y = grad * x / (x*x + y*y), grad_x = -grad * y / (x*x + y*y): the chain rule "
-            "on atan(y / x), simplified, holds at every point but (0, 0); derivatives.yaml "
-            "gives atan2 no inline formula but calls {formula}, a C++ function that "
-            "torch/csrc/autograd/FunctionsManual.h declares"
+            "on atan(y / x), simplified, holds at every point but (0, 0) off the branch cut "
+            "(y = 0, x < 0); on the cut atan2 jumps by 2π and has no derivative in y, and torch "
+            "returns the same expression there. derivatives.yaml's backward entry for atan2 calls "
+            "{formula}, a C++ function that torch/csrc/autograd/FunctionsManual.h declares; "
+            "its forward-mode `result:` line, {forward}, holds the same partials, as the "
+            "coefficients of self_t (y's tangent) and other_t (x's)"
         ),
         formula=formula,
+        forward=forward,
     )
+
+
+def forward_formula(name: str) -> str:
+    """The forward-mode (`result:`) formula of `name`'s entry in derivatives.yaml, as torchgen's
+    `load_derivatives` reads it ('' if the entry has none)."""
+    schema = operator_path.derivative_entry(name)["schema"]
+    info = operator_path._derivatives(None)[schema]["Default"]
+    return " ".join(f.formula for f in info.forward_derivatives)
