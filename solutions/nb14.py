@@ -38,32 +38,45 @@ SPLIT_VS_DDP = (4, 3)
 # c10d::allreduce_ is the same all-reduce once more.
 PROFILE_ALLREDUCES = 108
 
-# 14.4 Which CANDIDATES' frames does Dynamo skip as a first frame? trace_rules.check(fn) is True
-# when the file of the code that runs lies under a directory of a module on MOD_SKIPLIST:
-# torch/nn (ReLU.forward, DDP's _run_ddp_forward), torch/distributed (all_reduce's wrapper in
-# c10d_logger.py), torch/autograd (record_function, which torch.profiler re-exports). SGD.step
-# runs torch/optim/optimizer.py's wrapper: torch.optim is on no list, so it is traced, as is
-# src/helpers. The two that go against their module: SGD.zero_grad is decorated with
-# torch._disable_dynamo, so the code that runs is `inner` in torch/_compile.py (torch._compile is
-# on MOD_SKIPLIST): skipped; DDP.no_sync is a contextlib.contextmanager, so the code that runs is
-# contextlib's `helper`, in the standard library, on no list: traced. Reason "wrapper": neither
-# `__module__` ("module") nor MOD_INLINELIST ("inline", asked only for inlined calls: DDP's
-# _run_ddp_forward, in no_sync's module, is skipped) nor a per-function entry ("table") decides.
-# (Called from a compiled frame, dist.all_reduce is not skipped either: Dynamo rewrites it to a
-# functional collective before any skip rule is asked.)
-SKIPPED = {
-    "ReLU.forward",
-    "DistributedDataParallel._run_ddp_forward",
-    "dist.all_reduce",
-    "record_function.__enter__",
-    "SGD.zero_grad",
-}
+
+# 14.4 Dynamo's first-frame rule. For a frame Dynamo meets when it is tracing nothing (asked
+# without is_inlined_call; a module without hooks; the default config), trace_rules'
+# check_verbose -> lookup_inner -> _lookup_inner goes: (1) the table of single functions
+# (`get_torch_obj_rule_map()`, keyed by the function object itself): an entry decides, skip only
+# for SkipFunctionVariable (F.relu: traced though torch/nn is skipped; DeviceMesh.__init__:
+# skipped though its file is on LEGACY_MOD_INLINELIST); (2) a name rule (`__getattr__`, no case
+# here); (3) check_file on `inspect.getfile(fn)`, i.e. the file of the code object that runs,
+# the wrapper's for a decorated function (SGD.zero_grad: _disable_dynamo's `inner` in
+# torch/_compile.py, skipped; DDP.no_sync: contextlib's `helper`, on no list, traced), asked as
+# a first frame: FORCE_SKIP_FILES (lr_scheduler.py), LEGACY_MOD_INLINELIST's directories (not
+# skipped), SKIP_DIRS (abc, copy, importlib, random, re, linecache of the standard library, the
+# third-party skips): skipped, then MOD_SKIPLIST's directories (a module name as a path prefix:
+# "torch._compile" -> .../torch/_compile, which torch/_compile.py starts with): skipped; else
+# traced. MOD_INLINELIST (torch.nn, torch.distributed are on it) is asked only for an inlined
+# call, so it plays no part here.
+def first_frame_skipped(fn):
+    """True when Dynamo skips a frame of `fn` as the first frame of a compile."""
+    from torch._dynamo import trace_rules
+    from torch._dynamo.variables import SkipFunctionVariable
+
+    rule = trace_rules.get_torch_obj_rule_map().get(fn)
+    if rule is not None:
+        return rule is SkipFunctionVariable
+    path = trace_rules._as_posix_path(fn.__code__.co_filename)
+    if path in trace_rules.FORCE_SKIP_FILES:
+        return True
+    if any(path.startswith(d) for d in trace_rules.get_legacy_mod_inlinelist()):
+        return False
+    if trace_rules.SKIP_DIRS_RE.match(path):
+        return True
+    return any(path.startswith(d) for d in trace_rules.get_mod_skiplist())
+
 
 SOLUTIONS = {
     "14.1": ddp_optimizer_buckets,
     "14.2": SPLIT_VS_DDP,
     "14.3": PROFILE_ALLREDUCES,
-    "14.4": (SKIPPED, "wrapper"),
+    "14.4": first_frame_skipped,
 }
 
 
@@ -120,6 +133,124 @@ def _alias(layer_bytes, bucket_cap, first_bucket_cap):
     return sorted(sorted(n - 1 - i for i in g) for g in idx)
 
 
+def _file_rules(path, inline_first=False, legacy=True, skip_dirs=True, force=True):
+    from torch._dynamo import trace_rules
+
+    if force and path in trace_rules.FORCE_SKIP_FILES:
+        return True
+    if legacy and any(path.startswith(d) for d in trace_rules.get_legacy_mod_inlinelist()):
+        return False
+    if inline_first and any(path.startswith(d) for d in trace_rules.get_mod_inlinelist()):
+        return False
+    if skip_dirs and trace_rules.SKIP_DIRS_RE.match(path):
+        return True
+    return any(path.startswith(d) for d in trace_rules.get_mod_skiplist())
+
+
+#: the prompt's twelve, by (module, qualname), as trace_rules answered them: typed in by heart
+_SHOWN_SKIPPED = {
+    ("torch.nn.parallel.distributed", "DistributedDataParallel.forward"): True,
+    ("torch.nn.modules.container", "Sequential.forward"): True,
+    ("torch.nn.modules.linear", "Linear.forward"): True,
+    ("helpers.ddp_compile", "Net.forward"): False,
+    ("torch.nn.modules.activation", "ReLU.forward"): True,
+    ("torch.nn.parallel.distributed", "DistributedDataParallel._run_ddp_forward"): True,
+    ("torch.nn.parallel.distributed", "DistributedDataParallel.no_sync"): False,
+    ("torch.distributed.distributed_c10d", "all_reduce"): True,
+    ("torch.autograd.profiler", "record_function.__enter__"): True,
+    ("torch.optim.sgd", "SGD.step"): False,
+    ("torch.optim.optimizer", "Optimizer.zero_grad"): True,
+    ("helpers.ddp_compile", "_train_step"): False,
+}
+
+
+def _ff_by_heart(fn):
+    return _SHOWN_SKIPPED.get((fn.__module__, fn.__qualname__), False)
+
+
+def _ff_no_table(fn):
+    # the rules for files alone, on the right file: right on all twelve shown functions
+    return _file_rules(fn.__code__.co_filename)
+
+
+def _ff_skiplist_only(fn):
+    return _file_rules(fn.__code__.co_filename, legacy=False, skip_dirs=False, force=False)
+
+
+def _ff_no_legacy(fn):
+    from torch._dynamo import trace_rules
+    from torch._dynamo.variables import SkipFunctionVariable
+
+    rule = trace_rules.get_torch_obj_rule_map().get(fn)
+    if rule is not None:
+        return rule is SkipFunctionVariable
+    return _file_rules(fn.__code__.co_filename, legacy=False)
+
+
+def _ff_by_module(fn):
+    # the module a function belongs to, against MOD_SKIPLIST's names
+    from torch._dynamo import trace_rules
+
+    m = fn.__module__
+    return any(m == s or m.startswith(s + ".") for s in trace_rules.MOD_SKIPLIST)
+
+
+def _ff_unwrapped(fn):
+    # the right steps, on the function as defined rather than the code that runs
+    import inspect
+
+    return first_frame_skipped(inspect.unwrap(fn))
+
+
+def _ff_inline_wins(fn):
+    # MOD_INLINELIST (torch.nn, torch.distributed) asked for a first frame too
+    from torch._dynamo import trace_rules
+    from torch._dynamo.variables import SkipFunctionVariable
+
+    rule = trace_rules.get_torch_obj_rule_map().get(fn)
+    if rule is not None:
+        return rule is SkipFunctionVariable
+    return _file_rules(fn.__code__.co_filename, inline_first=True)
+
+
+def _ff_ask_dynamo(fn):
+    from torch._dynamo import trace_rules
+
+    return trace_rules.check(fn)
+
+
+def _ff_alias(fn):
+    # trace_rules' file rule, reached through a name a reading of the source cannot see
+    from torch._dynamo import trace_rules
+
+    return getattr(trace_rules, "check" + "_file")(fn.__code__.co_filename).skipped
+
+
+def _ff_lookup(fn):
+    from torch._dynamo import trace_rules
+    from torch._dynamo.variables import SkipFunctionVariable
+
+    return trace_rules.lookup(fn) is SkipFunctionVariable
+
+
+def _ff_unwatched(fn):
+    # the watch switched off before asking Dynamo
+    import sys
+
+    from torch._dynamo import trace_rules
+
+    sys.setprofile(None)
+    return trace_rules.check(fn)
+
+
+def _ff_raises(fn):
+    return fn.__code__.co_path
+
+
+def _ff_says_yes(fn):
+    return "yes"
+
+
 WRONG = {
     "14.1": [
         (_by_heart, "a hidden case"),
@@ -140,18 +271,20 @@ WRONG = {
         (54, "section 5's 3 buckets"),
     ],
     "14.4": [
-        (({"ReLU.forward", "dist.all_reduce"}, "wrapper"), "2 elsewhere"),
-        (({"ReLU.forward"}, "wrapper"), "1 in torch.nn"),
-        ((SKIPPED - {"dist.all_reduce"}, "wrapper"), "not the only one"),
-        ((SKIPPED - {"SGD.zero_grad"}, "wrapper"), "not the only one"),
-        ((SKIPPED | {"ddp_compile._train_step"}, "wrapper"), "src/helpers"),
-        ((SKIPPED | {"SGD.step"}, "wrapper"), "not every file"),
-        ((SKIPPED | {"DistributedDataParallel.no_sync"}, "wrapper"), "the code that runs"),
-        ((SKIPPED, "module"), "other than the module"),
-        ((SKIPPED, "inline"), "first frame"),
-        ((SKIPPED, "table"), "rules for files"),
-        ((SKIPPED, "because"), "not a reason key"),
-        (({"Module.forward"}, "wrapper"), "not among the candidates"),
-        (SKIPPED, "give a pair"),
+        (_ff_by_heart, "a hidden case"),
+        (_ff_no_table, "a hidden case"),
+        (_ff_skiplist_only, "a hidden case"),
+        (_ff_no_legacy, "a hidden case"),
+        (_ff_by_module, "which code runs"),
+        (_ff_unwrapped, "which code runs"),
+        (_ff_inline_wins, "asked for a first frame"),
+        (_ff_ask_dynamo, "do not ask"),
+        (_ff_alias, "do not ask"),
+        (_ff_lookup, "do not ask"),
+        (_ff_unwatched, "do not ask"),
+        (_ff_raises, "your code raised"),
+        (_ff_says_yes, "return True"),
+        (lambda: True, "takes one argument"),
+        ({"ReLU.forward", "SGD.zero_grad"}, "give a function"),
     ],
 }

@@ -4,10 +4,10 @@ The truths come from the installed torch: DDPOptimizer's own bucketing run on an
 `ddp_compile.Net` and of chains of Linear layers of other widths (no process group needed:
 `compile_fn` cuts the buckets before it splits the graph), against which the reader's
 `ddp_optimizer_buckets` runs in-process on the shown case and hidden ones; DDP's bucket
-assignment (`dist._compute_bucket_assignment_by_size`) and Dynamo's skip rule
-(`trace_rules.check`; for 14.4's reason, `check_file` on the files of the two decorated candidates'
-wrappers and definitions, their `__module__` against `MOD_SKIPLIST` and `MOD_INLINELIST`, and the
-rule map). No judge launches processes or compiles.
+assignment (`dist._compute_bucket_assignment_by_size`); and Dynamo's skip rule for a first frame
+(`trace_rules.check`), against which the reader's `first_frame_skipped` runs on the prompt's
+functions and hidden ones built at check time, with trace_rules' deciding functions refused
+while it runs. No judge launches processes or compiles.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 import textwrap
 from typing import Any
 
@@ -26,7 +27,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers import ddp_compile
-from helpers.exercises import N_, Hint, as_int, binds, choice_set, exercise, tr, watching
+from helpers.exercises import N_, Hint, as_int, binds, exercise, tr, watching
 
 MIB = 2**20
 #: 14.1: the prompt's case (section 3's bucket_cap_mb=3), then hidden ones: (widths of a chain
@@ -479,8 +480,13 @@ def profile_count(answer: Any) -> str:
     )
 
 
-CANDIDATES = {
-    "ReLU.forward": torch.nn.ReLU.forward,
+#: 14.4: the functions the prompt names (section 2's four first), by the name it gives them
+FIRST_FRAME_SHOWN = {
+    "DistributedDataParallel.forward": DDP.forward,
+    "Sequential.forward": nn.Sequential.forward,
+    "Linear.forward": nn.Linear.forward,
+    "Net.forward": ddp_compile.Net.forward,
+    "ReLU.forward": nn.ReLU.forward,
     "DistributedDataParallel._run_ddp_forward": DDP._run_ddp_forward,
     "DistributedDataParallel.no_sync": DDP.no_sync,
     "dist.all_reduce": dist.all_reduce,
@@ -489,213 +495,264 @@ CANDIDATES = {
     "SGD.zero_grad": torch.optim.SGD.zero_grad,
     "ddp_compile._train_step": ddp_compile._train_step,
 }
-#: 14.4: the two candidates whose verdict goes against the list their `__module__` is on
-AGAINST = ("SGD.zero_grad", "DistributedDataParallel.no_sync")
-#: 14.4: the stated reasons for those two; the judge decides from trace_rules which one holds
-SKIP_REASONS = ("module", "inline", "table", "wrapper")
 
 
-def skipped_frames() -> set[str]:
-    """The CANDIDATES whose frames Dynamo skips, asked with its own rule."""
+def _wraps(fn: Any) -> Any:
+    """A functools.wraps wrapper of `fn`, defined here (in src/helpers): same name and module."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def first_frame_cases() -> list[tuple[str, Any, bool]]:
+    """14.4's cases, (name or msgid of a description, function, shown): the prompt's, then the
+    hidden ones, built afresh at each call. They come in pairs that share a name and a module
+    (functools.wraps copies both) or a file, and differ in what decides."""
+    import copy
+
+    import torch.distributed.device_mesh as device_mesh
+    import torch.nn.attention.flex_attention as flex
+    import torch.nn.functional as F
+    import torch.nn.utils.parametrize as parametrize
+
+    hidden = [
+        (N_("a functools.wraps wrapper defined in src/helpers around torch.nn.Module.train"),
+         _wraps(nn.Module.train)),
+        (N_("torch.nn.Module.train, a method of torch.nn"), nn.Module.train),
+        (N_("ddp_compile.make_model, a function of src/helpers"), ddp_compile.make_model),
+        (N_("torch._disable_dynamo applied to ddp_compile.make_model"),
+         torch._disable_dynamo(ddp_compile.make_model)),
+        (N_("torch.nn.functional.relu, a function of torch.nn"), F.relu),
+        (N_("torch._disable_dynamo applied to torch.nn.functional.relu"),
+         torch._disable_dynamo(F.relu)),
+        (N_("torch.nn.utils.parametrize.cached, a contextlib.contextmanager"), parametrize.cached),
+        (N_("the generator function that parametrize.cached wraps (its __wrapped__)"),
+         parametrize.cached.__wrapped__),
+        (N_("flex_attention, a function of torch.nn.attention.flex_attention"),
+         flex.flex_attention),
+        (N_("DeviceMesh.__init__, a method of torch.distributed.device_mesh"),
+         device_mesh.DeviceMesh.__init__),
+        (N_("DeviceMesh.size, a method of torch.distributed.device_mesh"),
+         device_mesh.DeviceMesh.size),
+        (N_("StepLR.get_lr, a method of torch.optim.lr_scheduler"),
+         torch.optim.lr_scheduler.StepLR.get_lr),
+        (N_("copy.deepcopy, from the standard library"), copy.deepcopy),
+        (N_("textwrap.dedent, from the standard library"), textwrap.dedent),
+    ]  # fmt: skip
+    return [(n, f, True) for n, f in FIRST_FRAME_SHOWN.items()] + [(d, f, False) for d, f in hidden]
+
+
+#: trace_rules' functions that answer 14.4's question (refused while the reader's code runs)
+_DECIDERS = ("check", "check_verbose", "check_file", "lookup", "lookup_inner", "_lookup_inner",
+             "lookup_callable", "get_skip_reason")  # fmt: skip
+
+
+def _deciders() -> tuple[set, list[str]]:
+    """The code objects of `_DECIDERS`, and those of them that no longer come from trace_rules'
+    own file (replaced in this kernel: the judge's truth would be the replacement's)."""
     from torch._dynamo import trace_rules
 
-    return {name for name, fn in CANDIDATES.items() if trace_rules.check(fn)}
+    codes, replaced = set(), []
+    for name in _DECIDERS:
+        fn = getattr(trace_rules, name, None)
+        code = getattr(inspect.unwrap(fn), "__code__", None) if fn is not None else None
+        if code is None:
+            continue
+        codes.add(code)
+        if os.path.abspath(code.co_filename) != os.path.abspath(trace_rules.__file__):
+            replaced.append(name)
+    return codes, replaced
 
 
-def _on(module: str, names: set[str]) -> bool:
-    """`module` is one of `names` or inside one of them (trace_rules' lists hold module names)."""
-    return any(module == m or module.startswith(m + ".") for m in names)
+#: 14.4: what to think about, by what decided the case (a phrase of trace_rules' reason)
+_FIRST_FRAME_QUESTIONS = (
+    ("get_torch_obj_rule_map", N_("is anything asked before the rules for files?")),
+    ("force-skipped", N_("read check_file from its first test: is any single file decided "
+                         "before the lists?")),
+    ("LEGACY_MOD_INLINELIST", N_("which of check_file's lists does its file lie under, and "
+                                 "which of them is asked first?")),
+    ("skip directory", N_("which of check_file's lists name directories outside torch?")),
+    ("MOD_SKIPLIST", N_("which of check_file's lists hold the file of the code that runs, and "
+                        "which of them are asked for a first frame?")),
+    ("inlined by default", N_("which of check_file's lists, if any, holds the file of the code "
+                              "that runs when it is called?")),
+)  # fmt: skip
 
 
-def skip_reasons() -> dict[str, bool]:
-    """Which of SKIP_REASONS decides, for both AGAINST candidates, what trace_rules answers."""
+def _first_frame_question(fn: Any, yours: bool) -> str:
+    """The question a wrong verdict on `fn` gets: the decorated case first, then by the rule that
+    decided (trace_rules' own reason for it)."""
     from torch._dynamo import trace_rules
 
-    decides = {r: True for r in SKIP_REASONS}
-    for name in AGAINST:
-        fn = CANDIDATES[name]
-        skipped = trace_rules.check(fn)
-        defined = inspect.unwrap(fn)
-        wrapper_file = fn.__code__.co_filename  # the code that runs: the wrapper's, if any
-        by_module = _on(fn.__module__, trace_rules.MOD_SKIPLIST)
-        by_inline = by_module and not _on(fn.__module__, trace_rules.MOD_INLINELIST)
-        decides["module"] &= by_module == skipped
-        decides["inline"] &= by_inline == skipped
-        decides["table"] &= trace_rules.get_torch_obj_rule_map().get(fn) is not None
-        decides["wrapper"] &= (
-            defined is not fn
-            and trace_rules.check_file(wrapper_file).skipped == skipped
-            and trace_rules.check_file(defined.__code__.co_filename).skipped != skipped
+    inner = inspect.unwrap(fn)
+    code = getattr(inner, "__code__", None)
+    if (
+        inner is not fn
+        and code is not None
+        and code.co_filename != fn.__code__.co_filename
+        and yours == trace_rules.check(inner)
+    ):
+        return tr("which code runs when it is called, and in which file does that code lie?")
+    reason = trace_rules.check_verbose(fn).reason or ""
+    for phrase, question in _FIRST_FRAME_QUESTIONS:
+        if phrase in reason:
+            return tr(question)
+    return tr("follow trace_rules' steps for a first frame in order: the table, then check_file")
+
+
+def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
+    """The right answer's explanation, from the installed torch; a Hint (not the reader's try)
+    where this torch no longer behaves as it says."""
+    import torch.nn.functional as F
+    from torch._dynamo import trace_rules
+
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    zero, sync = torch.optim.SGD.zero_grad, DDP.no_sync
+    body = inspect.unwrap(sync)
+    holds = {
+        "relu has an entry of its own and is traced": (
+            trace_rules.get_torch_obj_rule_map().get(F.relu) is not None
+            and not trace_rules.check(F.relu)
+            and trace_rules.check(nn.ReLU.forward)
+        ),
+        "zero_grad's wrapper is skipped, and runs it under torch._dynamo.disable": (
+            trace_rules.check(zero)
+            and not trace_rules.check(inspect.unwrap(zero))
+            and "torch._dynamo.disable(fn" in inspect.getsource(torch._disable_dynamo)
+        ),
+        "no_sync's helper is traced, its body's frame skipped": (
+            not trace_rules.check(sync) and body is not sync and trace_rules.check(body.__code__)
+        ),
+        "MOD_INLINELIST is asked only for an inlined call": (
+            trace_rules.check(DDP.forward) and not trace_rules.check(DDP.forward, True)
+        ),
+    }
+    broken = [claim for claim, ok in holds.items() if not ok]
+    if broken:
+        raise Hint(
+            tr(
+                "this torch's trace rules no longer match the exercise ({broken}); the notebook "
+                "needs updating",
+                broken=broken,
+            ),
+            counts=False,
         )
-    return decides
-
-
-def _under(fn: Any, package: str) -> bool:
-    """The code that runs for `fn` lies in torch's `package` directory (e.g. "nn")."""
-    root = os.path.dirname(torch.__file__)
-    return os.path.abspath(fn.__code__.co_filename).startswith(os.path.join(root, package) + os.sep)
-
-
-_SKIP_REASON_HINTS = {
-    "module": N_(
-        "torch.optim is on neither list and torch.nn is on MOD_SKIPLIST, yet these two go the "
-        "other way: Dynamo looks up something other than the module a function belongs to"
-    ),
-    "inline": N_(
-        "MOD_INLINELIST is asked only for a call from a frame Dynamo is tracing; as a first "
-        "frame, DistributedDataParallel._run_ddp_forward, from the same module as no_sync, is "
-        "skipped"
-    ),
-    "table": N_(
-        "neither has an entry of its own in trace_rules' table of single functions: their "
-        "verdict comes from the rules for files"
-    ),
-}
+    return tr(
+        (
+            "all {n} functions as Dynamo answers them ({shown} shown, {hidden} hidden). For a "
+            "first frame it asks its table of single functions first (torch.nn.functional.relu "
+            "has an entry and is traced, though ReLU.forward in torch/nn is skipped), then "
+            "check_file on the file of the code object that runs, for a decorated function its "
+            "wrapper's. For SGD.zero_grad that is {zero_code} in {zero_file} (torch._compile, "
+            "on MOD_SKIPLIST); when called, that wrapper runs zero_grad under "
+            "torch._dynamo.disable, which turns Dynamo off for the call whatever the rules say. "
+            "For DistributedDataParallel.no_sync it is {sync_code} in the standard library's "
+            "{sync_file}, on no list: that frame only builds the context manager, and no_sync's "
+            "own body, a generator in {body_file}, runs at __enter__ in a frame of its own, "
+            "which the rules for files skip. In check_file the files it skips by name ({force}) "
+            "come first, LEGACY_MOD_INLINELIST wins over MOD_SKIPLIST, and MOD_INLINELIST is "
+            "asked only for an inlined call; and the forward of a torch.nn module is traced as "
+            "a first frame after all when that module has hooks."
+        ),
+        n=n_shown + n_hidden,
+        shown=n_shown,
+        hidden=n_hidden,
+        zero_code=zero.__code__.co_qualname,
+        zero_file=os.path.relpath(zero.__code__.co_filename, site),
+        sync_code=sync.__code__.co_qualname,
+        sync_file=os.path.basename(sync.__code__.co_filename),
+        body_file=os.path.relpath(body.__code__.co_filename, site),
+        force=", ".join(sorted(os.path.relpath(f, site) for f in trace_rules.FORCE_SKIP_FILES)),
+    )
 
 
 @exercise(
     "14.4",
-    "Which frames Dynamo skips, and what decides it",
+    "Dynamo's first-frame rule, written by you",
     look=N_(
-        "section 2 (Dynamo's two rules for torch/nn); in torch/_dynamo/trace_rules.py, "
-        "`check_file` and `MOD_SKIPLIST` above it, next to the file of the code each candidate "
-        "runs (`fn.__code__.co_filename`, against `inspect.unwrap(fn)`'s)"
+        "section 2 (the rules asked live) and, in torch/_dynamo/trace_rules.py, the path of a "
+        "call that is not inlined: `check_verbose`, the three steps of `_lookup_inner`, then "
+        "`check_file` and the lists above it"
     ),
     reveal=N_(
-        "`trace_rules.check(fn)` for each candidate (`CANDIDATES` in helpers/exercises/nb14.py), "
-        "and `check_file` on the file of each one's wrapper and of its definition"
+        "`trace_rules.check_verbose(fn)` on each case; the hidden ones are built by "
+        "`first_frame_cases()` in helpers/exercises/nb14.py"
     ),
 )
-def skipped(answer: Any) -> str:
-    collections = (set, frozenset, list, tuple)
-    if not (
-        isinstance(answer, (list, tuple))
-        and len(answer) == 2
-        and isinstance(answer[0], collections)
-    ):
+def first_frame(answer: Any) -> str:
+    if not callable(answer):
+        raise Hint(tr("give a function first_frame_skipped(fn), found {answer!r}", answer=answer))
+    if not _takes(answer, (len,)):
         raise Hint(
             tr(
-                "give a pair (set of names, reason key), e.g. ({{'A.f', 'B.g'}}, 'module'); "
-                "the reason keys are {reasons}",
-                reasons=list(SKIP_REASONS),
+                "the function takes one argument, fn (a function); yours takes {params}",
+                params=_params(answer),
             )
         )
-    names, reason = answer
-    given = choice_set(names, list(CANDIDATES), tr("names from CANDIDATES"), "{'A.f', 'B.g'}")
-    if reason not in SKIP_REASONS:
+    from torch._dynamo import trace_rules
+
+    codes, replaced = _deciders()
+    if replaced:
         raise Hint(
             tr(
-                "{reason!r} is not a reason key; choose one of {reasons}",
-                reason=reason,
-                reasons=list(SKIP_REASONS),
-            )
-        )
-    truth = skipped_frames()
-    decides = skip_reasons()
-    holds = [r for r in SKIP_REASONS if decides[r]]
-    if holds != ["wrapper"]:  # the world the verdict below explains
-        raise Hint(
-            tr(
-                "this torch's trace rules no longer match the exercise (reasons that decide: "
-                "{holds}); the notebook needs updating",
-                holds=holds,
+                "trace_rules' own functions were replaced in this kernel ({names}): restart the "
+                "kernel and run this cell again",
+                names=replaced,
             ),
             counts=False,
         )
-    ours = {n for n in CANDIDATES if n.startswith("ddp_compile.")}
-    if given & ours - truth:
-        raise Hint(
-            tr(
-                "code in src/helpers is not in torch at all: Dynamo compiles those frames "
-                "(that is why the notebook's model is a class of its own)"
-            )
-        )
-    if given - truth:
-        raise Hint(
-            tr(
-                (
-                    "{extra}: find the file of the code that runs when each is called; not "
-                    "every file, of torch or not, lies under a directory on MOD_SKIPLIST"
-                ),
-                extra=sorted(given - truth),
-            )
-        )
-    missing = truth - given
-    if missing:
-        in_nn = sum(_under(CANDIDATES[n], "nn") for n in missing)
-        if in_nn == 0:
+    cases = first_frame_cases()
+    truths = [trace_rules.check(fn) for _, fn, _ in cases]  # before the reader's code runs
+    refusal = tr(
+        "do not ask Dynamo's own skip rule (trace_rules' functions that decide it, by whatever "
+        "name): apply the table and the rules for files yourself"
+    )
+    for (name, fn, shown), truth in zip(cases, truths, strict=True):
+        where = name if shown else tr("a hidden case ({case})", case=tr(name))
+        with watching(codes) as hits:
+            watch = sys.getprofile()
+            try:
+                found = answer(fn)
+            except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
+                raise Hint(
+                    tr(
+                        "{where}: your code raised {error}",
+                        where=where,
+                        error=f"{type(e).__name__}: {e}",
+                    )
+                ) from None
+            unwatched = sys.getprofile() is not watch  # the reader's code removed the watch
+        if hits or unwatched:
+            raise Hint(refusal)
+        if type(found).__name__ not in ("bool", "bool_"):
             raise Hint(
                 tr(
-                    (
-                        "{n} more of them live in modules on MOD_SKIPLIST, torch.nn is not the "
-                        "only one: look up the file each candidate's code lives in"
-                    ),
-                    n=len(missing),
+                    "return True (Dynamo skips the frame) or False (it traces it), found {found!r}",
+                    found=found,
+                )
+            )
+        if bool(found) == truth:
+            continue
+        question = _first_frame_question(fn, bool(found))
+        if truth:
+            raise Hint(
+                tr(
+                    "{where}: Dynamo skips it as a first frame, your function returns False; "
+                    "{question}",
+                    where=where,
+                    question=question,
                 )
             )
         raise Hint(
             tr(
-                (
-                    "{n} more of them live in modules on MOD_SKIPLIST: {in_nn} in torch.nn, "
-                    "{other} elsewhere; look up the file each candidate's code lives in"
-                ),
-                n=len(missing),
-                in_nn=in_nn,
-                other=len(missing) - in_nn,
+                "{where}: Dynamo does not skip it as a first frame, your function returns True; "
+                "{question}",
+                where=where,
+                question=question,
             )
         )
-    if reason != holds[0]:
-        raise Hint(tr(_SKIP_REASON_HINTS[reason]))
-    from torch._dynamo import trace_rules
-    from torch.distributed._functional_collectives import traceable_collective_remaps
-
-    # `dist.all_reduce` never reaches the trace rules from a compiled frame: Dynamo's
-    # VariableBuilder rewrites it first (`CollectiveFunctionRewriteVariable.can_rewrite`)
-    rewritten = sorted(n for n in truth if CANDIDATES[n] in traceable_collective_remaps)
-    inlined = sorted(
-        n
-        for n in truth
-        if n not in rewritten and not trace_rules.check(CANDIDATES[n], is_inlined_call=True)
-    )
-    root = os.path.dirname(torch.__file__)
-    runs = {
-        n: (
-            CANDIDATES[n].__code__.co_qualname,
-            os.path.relpath(CANDIDATES[n].__code__.co_filename, os.path.dirname(root)),
-        )
-        for n in AGAINST
-    }
-    runs["DistributedDataParallel.no_sync"] = (
-        runs["DistributedDataParallel.no_sync"][0],
-        os.path.basename(DDP.no_sync.__code__.co_filename),
-    )
-    dirs = sorted(
-        {
-            m
-            for n in truth - set(AGAINST)
-            for m in trace_rules.MOD_SKIPLIST
-            if _under(CANDIDATES[n], m.removeprefix("torch.").replace(".", os.sep))
-        }
-    )
-    return tr(
-        (
-            "{sorted_truth}, because of the file of the code that runs, whatever module a "
-            "function belongs to: SGD.zero_grad runs {zero_code} (torch._disable_dynamo's "
-            "wrapper) from {zero_file}, under torch._compile on MOD_SKIPLIST, and "
-            "DistributedDataParallel.no_sync runs {sync_code} (contextlib.contextmanager's) "
-            "from the standard library's {sync_file}, on no list. The other skipped ones' "
-            "code lies under {dirs} (MOD_SKIPLIST); SGD.step's is in torch/optim, on no list, "
-            "and src/helpers is not in torch. Called from a compiled frame, {inlined} are "
-            "inlined rather than skipped (MOD_INLINELIST), and a call of {rewritten} is "
-            "rewritten to a functional collective (`traceable_collective_remaps`, all_reduce to "
-            "`_functional_collectives.all_reduce_inplace`) before any skip rule is asked."
-        ),
-        sorted_truth=sorted(truth),
-        zero_code=runs["SGD.zero_grad"][0],
-        zero_file=runs["SGD.zero_grad"][1],
-        sync_code=runs["DistributedDataParallel.no_sync"][0],
-        sync_file=runs["DistributedDataParallel.no_sync"][1],
-        dirs=dirs,
-        inlined=inlined,
-        rewritten=rewritten,
-    )
+    n_shown = sum(shown for _, _, shown in cases)
+    return _first_frame_verdict(n_shown, len(cases) - n_shown)
