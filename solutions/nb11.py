@@ -84,6 +84,14 @@ def _mirror(g, x):
     return g.op("Neg", g.op("Log", g.op("Sub", root, x)))
 
 
+def _atanh_form(g, x):
+    """atanh(x / sqrt(x*x + 1)): no x + sqrt(...) at all, but x / sqrt(x*x + 1) rounds to -1 in
+    float32 for large negative x, and atanh(-1) = -inf."""
+    one = g.op("Constant", value_t=torch.tensor(1.0, dtype=torch.float32))
+    root = g.op("Sqrt", g.op("Add", g.op("Mul", x, x), one))
+    return g.op("Atanh", g.op("Div", x, root))
+
+
 def _standard(g, x):
     return g.op("Asinh", x)
 
@@ -173,6 +181,8 @@ WRONG = {
     ],
     "11.5": [
         (_composite_by_heart, "a hidden case"),
+        (_composite_by_heart, "what happens to x + sqrt(x*x + 1)"),  # its own formula's hint
+        (_atanh_form, "which of its steps"),  # the hint speaks of its own steps
         (_no_sign, "wrong for x < 0"),
         (_mirror, "large positive x"),
         (_standard, "without an Asinh kernel"),

@@ -64,6 +64,14 @@ class _Scaled(nn.Module):
         return self.cnn(x) * scale  # x: (B, 1, 8, 8), scale: (B, 10) -> (B, 10)
 
 
+def _is_inferring_hint(spec: Any) -> bool:
+    """Dim.AUTO or Dim.DYNAMIC (with or without a range): a hint that leaves the relations
+    between dimensions to torch.export, not a named Dim. Dim.STATIC is not one."""
+    from torch.export import Dim
+
+    return isinstance(spec, type(Dim.AUTO)) and spec.type != Dim.STATIC.type
+
+
 @exercise(
     "10.1",
     "a dynamic batch for the new exporter",
@@ -132,6 +140,22 @@ def dynamic_batch(answer: Any) -> str:
                     "a list of dimension numbers is the `dynamic_axes` format; in "
                     "dynamic_shapes a list holds one entry per dimension of the input. Map "
                     "dimension numbers to a torch.export.Dim in a dict instead"
+                )
+            )
+        batch_spec = (
+            spec.get(0)
+            if isinstance(spec, dict)
+            else (spec[0] if isinstance(spec, (list, tuple)) and spec else None)
+        )
+        if _is_inferring_hint(batch_spec):
+            raise Hint(
+                tr(
+                    "{batch_spec!r} is a hint: with it torch.export infers by itself how the "
+                    "batch of x relates to the batch of scale (Dim's docstring: export will "
+                    '"infer the remaining constraints on min/max ranges and relationships '
+                    'between dimensions"). The exercise is to state that relation in your '
+                    "spec: mark dimension 0 with named torch.export.Dim objects",
+                    batch_spec=batch_spec,
                 )
             )
         if isinstance(spec, dict):

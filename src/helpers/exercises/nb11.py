@@ -564,11 +564,22 @@ def stable_asinh_symbolic(answer: Any) -> str:
                     got=float(got[tuple(where)]),
                 )
             )
-        raise Hint(
+        if used == ["Add", "Log", "Mul", "Sqrt"]:  # the ops of section 3's composite
+            raise Hint(
+                tr(
+                    "a hidden case ({case}): at x = {x:g} your graph gives {got:.4f}, off by "
+                    "more than 1e-4 relative; what happens to x + sqrt(x*x + 1) in float32 when "
+                    "x is large and negative?",
+                    case=tr(name),
+                    x=x_bad,
+                    got=float(got[tuple(where)]),
+                )
+            )
+        raise Hint(  # another formula: speak of its own steps, not of the composite's
             tr(
                 "a hidden case ({case}): at x = {x:g} your graph gives {got:.4f}, off by more "
-                "than 1e-4 relative; what happens to x + sqrt(x*x + 1) in float32 when x is "
-                "large and negative?",
+                "than 1e-4 relative; follow your graph at that x in float32, one op at a time: "
+                "which of its steps loses the digits when x is large and negative?",
                 case=tr(name),
                 x=x_bad,
                 got=float(got[tuple(where)]),

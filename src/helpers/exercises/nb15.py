@@ -52,8 +52,9 @@ def _torch_fc2_bias() -> str:
     if placement.startswith("(") and placement.endswith(",)"):  # one mesh dimension
         placement = placement[1:-2]
     return tr(
-        "torch's RowwiseParallel (section 7) adds fc2's bias before its reduce-scatter, so "
-        "there the fc2.bias gradient is {placement}, not partial.",
+        "torch's RowwiseParallel (section 7) adds fc2's bias inside the linear, before its "
+        "reduce-scatter to the sequence chunks, so there every rank's fc2.bias gradient covers "
+        "the whole sequence: it is {placement}, not partial.",
         placement=placement,
     )
 
