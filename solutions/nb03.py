@@ -26,9 +26,11 @@ def silu_decomp(x):
 
 
 # 03.3 Lowered directly or decomposed first.
-# compile_fx hands AOTAutograd select_decomp_table() (section 3): the core table merged with
-# Inductor's own list inductor_decompositions, minus decomps_to_exclude, plus the
-# @register_decomposition functions further down decomposition.py (section 2's three excerpts).
+# compile_fx hands AOTAutograd select_decomp_table() (section 3): the module's `decompositions`
+# (the core table merged with Inductor's list inductor_decompositions, minus decomps_to_exclude,
+# plus the @register_decomposition functions further down decomposition.py: section 2's three
+# excerpts) and, since config.fallback_random is False by default, the random ops'
+# decompositions extra_random_decomps (none of the candidates is one).
 # mse_loss is not core and keeps its core entry. silu's core entry is excluded (the list says
 # "inductor uses exact eager decomposition"), but decomposition.py then registers its own,
 # x / (1 + exp(-x)): decomposed. gelu is core, yet inductor_decompositions has an entry for it
@@ -83,6 +85,13 @@ def _core_entry(x):
     return entry.__wrapped__(x) if hasattr(entry, "__wrapped__") else entry(x)
 
 
+def _opmath_form(x):
+    # right: the core entry's own bfloat16 form (pw_cast_for_opmath: compute in float32, cast
+    # back); the judge does not count the casts. Not in WRONG: it passes.
+    y = x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+    return (y * torch.sigmoid(y)).to(x.dtype)
+
+
 def _exp_form(x):
     # the right values, but it takes the core op sigmoid apart
     return x / (1 + torch.exp(-x))
@@ -113,7 +122,7 @@ WRONG = {
         ),
         (
             {**SOLUTION_03_3, "glu": "decomposed", "clamp_min": "decomposed"},
-            "2 of the 6",
+            "takes some entries out again",
         ),
         ({**SOLUTION_03_3, "sigmoid": "excluded"}, "only be excluded"),
         ({"glu", "sigmoid", "clamp_min"}, "dict"),

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import torch.distributed as dist
 
 # 04.1 What reduce_scatter leaves on each rank.
@@ -86,6 +87,19 @@ def _by_heart(rank, world_size, t, root):
     return t.tolist()
 
 
+def _process_group_method(rank, world_size, t, root):
+    # the default group's own allreduce: no function of dist is called, the dispatcher sees it
+    dist.distributed_c10d._get_default_group().allreduce([t]).wait()  # noqa: F821
+    return t.tolist()
+
+
+def _functional(rank, world_size, t, root):
+    # the functional collectives' all_reduce: another module, the same dispatcher
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol.all_reduce(t, "sum", dist.group.WORLD).tolist()  # noqa: F821
+
+
 def _no_broadcast(rank, world_size, t, root):
     dist.reduce(t, dst=root)  # noqa: F821
     return t.tolist()
@@ -131,6 +145,7 @@ WRONG = {
         ([[0.0, 6.0, 12.0]] * 3, "all_reduce"),
         ([0.0, 2.0, 6.0], "sums the inputs"),
         ([18.0, 18.0, 18.0], "element-wise"),
+        (np.array([18.0, 18.0, 18.0]), "element-wise"),  # an array is read as a list
         (["0", "6", "12"], "numbers (floats or ints)"),  # float() would take the strings
     ],
     "04.2": [
@@ -149,9 +164,11 @@ WRONG = {
         ([[0, 4, 8], [1, 5, 9], [2, 6, 0], [3, 7, 1]], "function itself"),
     ],
     "04.4": [
-        # launches cost seconds: two entries here; _uses_all_reduce ("do not call
+        # launches cost seconds: four entries here; _uses_all_reduce ("do not call
         # dist.all_reduce") and _no_broadcast ("broadcast it from that rank") were checked by hand
         (_root_zero, "the root is rank 1"),
         (_by_heart, "a hidden case"),
+        (_process_group_method, "collective op c10d.allreduce_"),
+        (_functional, "collective op _c10d_functional.all_reduce"),
     ],
 }

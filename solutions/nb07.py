@@ -8,13 +8,16 @@
 #   step 2: mean 0.9 * 0.3 + 0.1 * 3 = 0.57       var 0.9 * 1.36667 + 0.1 * 4.6667 = 1.69667
 ANSWER_07_1 = (0.57, 1.69667)
 
-# 07.2 Global mean and variance from per-rank statistics.
+# 07.2 What the merge kernel writes.
 # rank 0: n = 2, mean 1, biased var 0.25;  rank 1: n = 6, mean 3, biased var 1.
-# mean = (2 * 1 + 6 * 3) / 8 = 20 / 8 = 2.5 (weighted by counts, not (1 + 3) / 2 = 2).
-# E[x^2] per rank = var + mean^2: rank 0 0.25 + 1 = 1.25, rank 1 1 + 9 = 10.
-# E[x^2] global = (2 * 1.25 + 6 * 10) / 8 = 7.8125, var = 7.8125 - 2.5^2 = 1.5625.
-# (The count-weighted mean of the variances, 0.8125, misses the spread of the rank means.)
-ANSWER_07_2 = (2.5, 1.5625)
+# The loop (section 6's second excerpt) merges them one by one; in closed form:
+#   avg = (2 * 1 + 6 * 3) / 8 = 2.5 (weighted by counts, not (1 + 3) / 2 = 2);
+#   var_n = sum of count * (var + (mean - avg)^2) = 2 * (0.25 + 2.25) + 6 * (1 + 0.25) = 12.5.
+# After the loop (Normalization.cuh, batch_norm_reduce_statistics_kernel): invstd uses the
+# biased var_n / n = 1.5625; running_mean = 0.9 * 0 + 0.1 * 2.5 = 0.25; the running variance
+# takes unbiasedVar = var_n / (n - 1) = 12.5 / 7 = 1.7857 (one n - 1 for all 8 values):
+#   running_var = 0.9 * 1 + 0.1 * 1.7857 = 1.07857, what BatchNorm on the 8 values writes.
+ANSWER_07_2 = (0.25, 1.07857)
 
 # 07.3 What SyncBatchNorm's collectives carry, BatchNorm2d(64) on 4 ranks.
 # forward: combined = torch.cat([mean, invstd, count]) with mean, invstd (C,) and count (1,):
@@ -35,10 +38,14 @@ WRONG = {
         ((3.0, 4.66667), "batch statistics"),
     ],
     "07.2": [
-        ((2.0, 0.625), "counts"),  # mean of means
-        ((2.5, 0.8125), "spread of the rank means"),  # count-weighted mean of the variances
-        ((2.5, 1.785714), "unbiased"),
-        ((1.5625, 2.5), "swapped"),  # the order torch.var_mean returns
+        ((2.5, 1.5625), "merged batch's statistics"),  # the batch statistics, not running ones
+        ((0.2, 1.07857), "mean of the rank means"),  # (1 + 3) / 2 into running_mean
+        ((2.25, 1.70714), "NEW batch statistic"),  # momentum as the old value's weight
+        ((0.25, 1.05625), "UNBIASED"),  # the biased 1.5625 into running_var
+        ((0.25, 1.108333), "not once per rank"),  # var_n / (n - 2): a correction per rank
+        ((0.25, 0.992857), "spread of the rank means"),  # 6.5 / 7: no (mean - avg)^2 terms
+        ((1.07857, 0.25), "swapped"),
+        ((0.3, 1.07857), "what mean"),
     ],
     "07.3": [
         ((128, 512, 128), "count"),
@@ -80,5 +87,31 @@ def _by_heart(rank, world_size, values):
     return 3.25, 3.6875  # the shown case's answer, typed in: the 3-rank hidden case fails
 
 
+def _group_gathers(rank, world_size, values):
+    # the default group's own allgather: no function of dist is called, the dispatcher sees it
+    group = dist.distributed_c10d._get_default_group()  # noqa: F821
+    x = torch.tensor([float(sum(values)), float(len(values))])  # noqa: F821
+    out = [torch.zeros(2) for _ in range(world_size)]  # noqa: F821
+    group.allgather([out], [x]).wait()
+    s, n = torch.stack(out).sum(0).tolist()  # noqa: F821
+    return s / n, 0.0
+
+
+def _two_group_all_reduces(rank, world_size, values):
+    # two all-reduces, the second through the process group's own method
+    x = torch.tensor(values, dtype=torch.float64)  # noqa: F821
+    sums = torch.stack([x.sum(), torch.tensor(float(x.numel()), dtype=x.dtype)])  # noqa: F821
+    dist.all_reduce(sums)  # noqa: F821
+    mean = (sums[0] / sums[1]).item()
+    sq = ((x - mean) ** 2).sum().reshape(1)
+    dist.distributed_c10d._get_default_group().allreduce([sq]).wait()  # noqa: F821
+    return mean, (sq / sums[1]).item()
+
+
 SOLUTIONS["07.4"] = my_global_stats
-WRONG["07.4"] = [(_gathers, "no other collective"), (_by_heart, "a hidden case")]
+WRONG["07.4"] = [
+    (_gathers, "no other collective"),
+    (_by_heart, "a hidden case"),
+    (_group_gathers, "no other collective"),
+    (_two_group_all_reduces, "a second all-reduce"),
+]

@@ -65,8 +65,9 @@ def _number(value: Any) -> float:
 
 
 def _flat(answer: Any) -> list[float]:
-    """[[0.0], [6.0], ...] or [0, 6, ...] -> [0.0, 6.0, ...]; anything else raises Hint."""
-    if isinstance(answer, torch.Tensor):
+    """[[0.0], [6.0], ...] or [0, 6, ...] (lists, tuples, tensors or NumPy arrays, at either
+    level) -> [0.0, 6.0, ...]; anything else raises Hint."""
+    if isinstance(answer, (torch.Tensor, np.ndarray)):
         answer = answer.tolist()
     if not isinstance(answer, (list, tuple)):
         raise Hint(
@@ -77,7 +78,7 @@ def _flat(answer: Any) -> list[float]:
         )
     out = []
     for a in answer:
-        if isinstance(a, torch.Tensor):
+        if isinstance(a, (torch.Tensor, np.ndarray)):
             a = a.tolist()
         if isinstance(a, (list, tuple)) and len(a) == 1:
             a = a[0]
@@ -100,7 +101,7 @@ def reduce_scatter_per_rank(answer: Any) -> str:
     inputs = _rs_inputs()
     total = torch.stack(inputs).sum(0)  # the SUM over ranks, element by element
     truth = [v for held in _rs_truth() for v in held]  # rank i keeps element i
-    if isinstance(answer, torch.Tensor):
+    if isinstance(answer, (torch.Tensor, np.ndarray)):
         answer = answer.tolist()
     if isinstance(answer, (list, tuple)) and len(answer) == RS_WORLD:
         rows = [list(a) if isinstance(a, (list, tuple)) else None for a in answer]
@@ -458,7 +459,8 @@ def _own_tensor(rows: list[Any], root: int) -> Any:
 
 def _watch_04_4(root: int) -> None:
     """In a worker: dist.reduce must go to `root` and dist.broadcast come from it; every other
-    collective or p2p call raises (by any name: the functions themselves are replaced)."""
+    collective or p2p call raises (by any name: the functions themselves are replaced), and so
+    does every other collective op the dispatcher runs (`_push_dispatch_watch_04`)."""
     import inspect
 
     import torch.distributed as dist
@@ -491,6 +493,39 @@ def _watch_04_4(root: int) -> None:
         if hasattr(c10d, name):
             setattr(dist, name, refuse(name))
             setattr(c10d, name, refuse(name))
+    _push_dispatch_watch_04(root)
+
+
+#: 04.4: the dispatcher's collective ops a worker may run: reduce and broadcast (their root is
+#: checked), and the barrier the launcher's teardown runs after the worker returns
+_ALLOWED_OPS_04 = {"reduce_": "dst", "broadcast_": "src", "barrier": None}
+_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+
+
+def _push_dispatch_watch_04(root: int) -> None:
+    """In a worker: a dispatch mode that sees every collective op, whatever Python called it
+    (a ProcessGroup's own method, torch.ops.c10d, the functional collectives), and raises for
+    any but reduce and broadcast, or for those with another root than `root`."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _push_mode
+
+    class WatchCollectives(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func.namespace in _COLLECTIVE_NAMESPACES:
+                name = func._opname
+                if name not in _ALLOWED_OPS_04:
+                    raise RuntimeError(f"{_RULE_04} collective {func.namespace}.{name} -")
+                peer = _ALLOWED_OPS_04[name]
+                if peer is not None:
+                    names = [a.name for a in func._schema.arguments]
+                    got = dict(zip(names, args, strict=False)).get("root_rank")
+                    got = (kwargs or {}).get("root_rank", got)
+                    if got != root:
+                        raise RuntimeError(f"{_RULE_04} {name.rstrip('_')} {peer} {got}")
+            return func(*args, **(kwargs or {}))
+
+    _push_mode(WatchCollectives())
 
 
 #: 04.4's cases: (what, root, per-rank inputs): the prompt's on 2 ranks with root 1, then a
@@ -563,6 +598,15 @@ def _launch_hint_04(error: Exception, root: int) -> Hint:
         )
     name, what, value = line.split(_RULE_04, 1)[1].split()[:3]
     if name == "collective":
+        if "." in what:  # an op the dispatch watch saw, not a function of dist
+            return Hint(
+                tr(
+                    "your worker ran the collective op {op} without calling dist's functions "
+                    "(a process group's own method, torch.ops.c10d or the functional "
+                    "collectives); use only dist.reduce and dist.broadcast",
+                    op=what,
+                )
+            )
         if what == "all_reduce":
             return Hint(
                 tr("do not call dist.all_reduce: build it from dist.reduce and dist.broadcast")
@@ -662,7 +706,8 @@ def all_reduce_from_reduce_broadcast(answer: Any) -> str:
         raise Hint(tr("a hidden case ({case}): {problem}", case=tr(what), problem=problem))
     return tr(
         "every rank returns what the installed dist.all_reduce (SUM) leaves with the same "
-        "inputs on as many ranks (the check ran it too): on 2 ranks with root 1 and on 3 ranks "
-        "with root 2 (a 2 x 3 tensor). reduce leaves the sum on the root only, and broadcast "
-        "from the root then copies it to every rank"
+        "inputs on a group of as many ranks (for 2, a subgroup of one 3-rank launch; the check "
+        "ran it too): on 2 ranks with root 1 and on 3 ranks with root 2 (a 2 x 3 tensor). "
+        "reduce leaves the sum on the root only, and broadcast from the root then copies it to "
+        "every rank"
     )

@@ -1,7 +1,9 @@
 """Judges for notebook 07's exercises (BatchNorm and SyncBatchNorm).
 
 The right answers come from the installed torch: `nn.BatchNorm1d` itself for the running
-statistics, `torch.var_mean` on the concatenated batch for the global statistics, and
+statistics (of one batch for 07.1, of the ranks' batches concatenated for 07.2, which is what a
+synchronised step must write), `torch.var_mean` on the concatenated batch for the global
+statistics of 07.4, and
 `torch.nn.modules._functions.SyncBatchNorm`'s own forward and backward for the sizes of its
 collectives. That autograd function cannot run on CPU (its fused kernels are CUDA code), so
 `syncbn_collective_sizes` runs it with those kernels replaced by small CPU stand-ins and the
@@ -106,7 +108,7 @@ def running_stats_after_two_steps(answer: Any) -> str:
     )
 
 
-# 07.2: the global batch statistics from per-rank statistics
+# 07.2: what the merge kernel writes to the running statistics, from per-rank statistics
 # per rank: (count, mean, biased variance), realised by these values
 RANK_VALUES = [[0.5, 1.5], [2.0, 2.0, 2.0, 4.0, 4.0, 4.0]]
 
@@ -119,57 +121,120 @@ def rank_stats() -> list[tuple[int, float, float]]:
     return out
 
 
+def synced_running_stats() -> tuple[float, float]:
+    """(running_mean, running_var) after one synchronised training step over RANK_VALUES: what
+    BatchNorm on the concatenated batch writes (float64), from a fresh layer's (0, 1)."""
+    bn = nn.BatchNorm1d(1).double()  # momentum 0.1, running_mean 0, running_var 1
+    bn(torch.tensor(sum(RANK_VALUES, []), dtype=torch.float64).view(-1, 1))  # (N, C) = (8, 1)
+    return bn.running_mean.item(), bn.running_var.item()
+
+
 @exercise(
     "07.2",
-    "Global mean and variance from per-rank statistics",
-    look=N_("section 6, how `global_batch_stats` builds the variance from power sums"),
+    "What the merge kernel writes",
+    look=N_(
+        "section 6's second excerpt (the merge loop), then the lines after it in the header, "
+        "to the end of that kernel; section 1 for the running update"
+    ),
     reveal=N_(
-        "`torch.var_mean(torch.tensor(values), correction=0)` on 8 values with those "
-        "statistics, e.g. [0.5, 1.5] and [2, 2, 2, 4, 4, 4]; it returns (var, mean)"
+        "`nn.BatchNorm1d(1)` run once in training mode on the 8 values together, e.g. "
+        "[0.5, 1.5] and [2, 2, 2, 4, 4, 4]: a synchronised step's statistics are those of the "
+        "concatenated batch"
     ),
 )
-def global_stats(answer: Any) -> str:
-    found = _pair(answer, tr("(global mean, global biased variance)"))
-    whole = torch.tensor(sum(RANK_VALUES, []), dtype=torch.float64)
-    var, mean = torch.var_mean(whole, correction=0)  # BatchNorm on the concatenated batch
-    truth = (mean.item(), var.item())
+def kernel_running_stats(answer: Any) -> str:
+    found = _pair(answer, tr("(running_mean, running_var)"))
+    truth = synced_running_stats()
     stats = rank_stats()
     n = sum(c for c, _, _ in stats)
+    momentum = nn.BatchNorm1d(1).momentum
+    mean = sum(c * m for c, m, _ in stats) / n
+    var_n = sum(c * (v + (m - mean) ** 2) for c, m, v in stats)  # the loop's var_n
+
+    def write(m: float, v: float, keep: float = 1 - momentum) -> tuple[float, float]:
+        return keep * 0.0 + (1 - keep) * m, keep * 1.0 + (1 - keep) * v
+
     if _close(found, truth):
         return tr(
             (
-                "mean = (2 * 1 + 6 * 3) / 8 = {truth_0}; E[x^2] per rank = var + mean^2, so "
-                "var = (2 * 1.25 + 6 * 10) / 8 - {truth_0}^2 = {truth_1}: the variance "
-                "includes the spread of the rank means, which is why the counts travel with "
-                "the stats"
+                "the loop merges the ranks to avg = {mean:.4g} and var_n = {var_n:.4g} over n = "
+                "{n} values (invstd then uses the biased var_n / n = {biased:.4g}); after it the "
+                "kernel writes running_mean = 0.9 * 0 + 0.1 * {mean:.4g} = {truth_0:.4f} and "
+                "running_var = "
+                "0.9 * 1 + 0.1 * var_n / (n - 1) = {truth_1:.4f}: the unbiased variance of all "
+                "{n} values together, as BatchNorm on the concatenated batch writes it"
             ),
+            mean=mean,
+            var_n=var_n,
+            n=n,
+            biased=var_n / n,
             truth_0=truth[0],
             truth_1=truth[1],
         )
     if _close((found[1], found[0]), truth):
-        raise Hint(tr("both numbers are right but swapped: give (mean, variance), mean first"))
-    mean_of_means = sum(m for _, m, _ in stats) / len(stats)
-    if math.isclose(found[0], mean_of_means):
-        raise Hint(
-            tr("that mean of means ignores the counts: weight each rank's mean by its count")
-        )
-    if not math.isclose(found[0], truth[0], rel_tol=1e-3):
-        raise Hint(tr("the global mean is the count-weighted mean of the rank means"))
-    weighted_vars = sum(c * v for c, _, v in stats) / n
-    if math.isclose(found[1], weighted_vars, rel_tol=1e-3):
+        raise Hint(tr("both numbers are right but swapped: give (running_mean, running_var)"))
+    if _close(found, (mean, var_n / n)) or _close(found, (mean, var_n / (n - 1))):
         raise Hint(
             tr(
-                "averaging the variances misses the spread of the rank means around the "
-                "global mean: add it, or go through E[x^2] = var + mean^2 per rank"
+                (
+                    "those are the merged batch's statistics; the kernel writes the running "
+                    "ones, which start at (0, 1) and move only by momentum = {momentum}"
+                ),
+                momentum=momentum,
             )
         )
-    if math.isclose(found[1], sum(v for _, _, v in stats) / len(stats), rel_tol=1e-3):
+    mean_of_means = sum(m for _, m, _ in stats) / len(stats)
+    if math.isclose(found[0], write(mean_of_means, 0.0)[0], rel_tol=1e-3):
         raise Hint(
-            tr("a plain mean of variances: weight by counts, and add the spread of the means")
+            tr(
+                "that running_mean comes from a mean of the rank means: the loop weighs each "
+                "rank's mean by its count"
+            )
         )
-    if math.isclose(found[1], truth[1] * n / (n - 1), rel_tol=1e-3):
-        raise Hint(tr("that is the unbiased variance; BatchNorm normalises with the biased one"))
-    raise Hint(tr("mean right; for the variance, E[x^2] - mean^2 over all 8 values"))
+    if math.isclose(found[0], write(mean, 0.0, keep=momentum)[0], rel_tol=1e-3):
+        raise Hint(
+            tr("momentum is the weight of the NEW batch statistic (section 1 writes it out)")
+        )
+    if not math.isclose(found[0], truth[0], rel_tol=1e-3):
+        raise Hint(
+            tr(
+                "running_mean is (1 - momentum) * 0 + momentum * the merged mean: what mean "
+                "does the loop end with?"
+            )
+        )
+    slips = [
+        (var_n / n, tr("running_var moves towards the UNBIASED variance (section 1)")),
+        (
+            var_n / (n - len(stats)),
+            tr(
+                "the unbiased variance divides by one less than the count of the merged batch, "
+                "not once per rank"
+            ),
+        ),
+        (
+            sum(c * v for c, _, v in stats) / (n - 1),
+            tr(
+                "that variance misses the spread of the rank means around the merged mean: the "
+                "loop adds it for every rank it merges"
+            ),
+        ),
+        (
+            sum(c * v for c, _, v in stats) / n,
+            tr(
+                "that variance misses the spread of the rank means around the merged mean: the "
+                "loop adds it for every rank it merges"
+            ),
+        ),
+    ]
+    for var, hint in slips:
+        if math.isclose(found[1], write(mean, var)[1], rel_tol=1e-4):
+            raise Hint(hint)
+    raise Hint(
+        tr(
+            "running_mean is right; for running_var, merge the variances as the loop does, "
+            "then read what the kernel does with var_n after the loop"
+        )
+    )
 
 
 # 07.3: what nn.SyncBatchNorm's collectives carry
@@ -345,7 +410,9 @@ _GUARD = "07.4 guard: "
 
 
 def _guard_collectives() -> None:
-    """In a worker: allow one all-reduce and refuse every other collective (at run time)."""
+    """In a worker: allow one all-reduce and refuse every other collective (at run time): the
+    functions of dist and the functional collectives by name, and every collective op the
+    dispatcher runs (`_push_dispatch_guard`), so a process group's own method counts too."""
     import inspect
 
     import torch.distributed as dist
@@ -384,6 +451,40 @@ def _guard_collectives() -> None:
         lesson.global_batch_stats = refused("global_batch_stats")
     except ImportError:
         pass
+    _push_dispatch_guard()
+
+
+#: 07.4: the dispatcher's collective ops: the all-reduces (one allowed, by whichever route), the
+#: functional collectives' bookkeeping, and the barrier the launcher's teardown runs
+_ALL_REDUCE_OPS = {"c10d.allreduce_", "_c10d_functional.all_reduce", "_c10d_functional.all_reduce_"}
+_HARMLESS_OPS = {"_c10d_functional.wait_tensor", "_c10d_functional._wrap_tensor_autograd"}
+_HARMLESS_OPS |= {"c10d.barrier"}
+_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+
+
+def _push_dispatch_guard() -> None:
+    """In a worker: a dispatch mode that sees every collective op, whatever Python called it (a
+    ProcessGroup's own method, torch.ops.c10d, the functional collectives), allows one
+    all-reduce and refuses every other collective."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _push_mode
+
+    count = [0]
+
+    class GuardCollectives(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func.namespace in _COLLECTIVE_NAMESPACES:
+                name = f"{func.namespace}.{func._opname}"
+                if name in _ALL_REDUCE_OPS:
+                    count[0] += 1
+                    if count[0] > 1:
+                        raise RuntimeError(_GUARD + "a second all-reduce")
+                elif name not in _HARMLESS_OPS:
+                    raise RuntimeError(_GUARD + "refused " + name)
+            return func(*args, **(kwargs or {}))
+
+    _push_mode(GuardCollectives())
 
 
 _GUARD_PRELUDE = "from helpers.exercises.nb07 import _guard_collectives\n_guard_collectives()\n"
