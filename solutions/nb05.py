@@ -118,6 +118,24 @@ def _shares_simulated(n, rank):
     ]
 
 
+def _dummy_ring_then_process_group(rank, world_size, x):
+    # the right sends on dummy buffers, then the default group's own all-reduce (not a
+    # torch.distributed function): the dispatch-level watch sees the collective op
+    import torch
+    import torch.distributed as dist
+
+    chunks = list(torch.tensor_split(x.clone(), world_size))
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    for step in range(world_size - 1):
+        send_i, recv_i = (rank - step) % world_size, (rank - step - 1) % world_size
+        inbox = torch.empty_like(chunks[recv_i])
+        for req in [dist.isend(chunks[send_i], dst=right), dist.irecv(inbox, src=left)]:
+            req.wait()
+    dist.distributed_c10d._get_default_group().allreduce([x]).wait()
+    i = (rank + 1) % world_size
+    return i, torch.tensor_split(x, world_size)[i]
+
+
 WRONG = {
     "05.1": [
         (1750, "elements"),
@@ -152,6 +170,7 @@ WRONG = {
     ],
     "05.4": [
         (_uses_all_reduce, "do not call a collective"),
+        (_dummy_ring_then_process_group, "collective"),
         (_no_inputs, "takes (rank, world_size, x)"),
         (_torch_chunk, "a hidden case"),
         (_whole_ring, "broke a rule of the ring"),

@@ -533,6 +533,33 @@ def _watch_p2p(rank: int, world: int, numel: int) -> None:
         if hasattr(c10d, name):
             setattr(dist, name, refuse(name))
             setattr(c10d, name, refuse(name))
+    _push_p2p_dispatch_guard()
+
+
+#: 05.4: the dispatcher's ops a ring of isend/irecv runs (and the barrier of the launcher's
+#: teardown); any other collective op, reached by whatever Python route, breaks the rule
+_P2P_OPS = {"c10d.send", "c10d.recv_", "c10d.recv_any_source_", "c10d.barrier"}
+_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+
+
+def _push_p2p_dispatch_guard() -> None:
+    """In a worker: a dispatch mode that sees every collective op, whatever Python called it (a
+    ProcessGroup's own method, torch.ops.c10d, the functional collectives), and refuses all but
+    point-to-point sends and receives: wrapping torch.distributed's functions alone misses
+    `_get_default_group().allreduce(...)`."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _push_mode
+
+    class P2POnly(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func.namespace in _COLLECTIVE_NAMESPACES:
+                name = f"{func.namespace}.{func._opname}"
+                if name not in _P2P_OPS:
+                    raise RuntimeError(f"{_RULE} the collective {name} was called")
+            return func(*args, **(kwargs or {}))
+
+    _push_mode(P2POnly())
 
 
 @exercise(
