@@ -40,6 +40,20 @@ SOLUTIONS["12.2"] = upsample_backward_fake
 SOLUTIONS["12.3"] = [5, 15]
 
 
+def _unwatched_fake(grad_output, in_h, in_w, scale, mode):
+    # board_op's own fake kernel with the profiler switched off around it, then put back
+    import sys
+
+    from helpers import board_op
+
+    watch = sys.getprofile()
+    sys.setprofile(None)
+    try:
+        return board_op._upsample_backward_fake(grad_output, in_h, in_w, scale, mode)
+    finally:
+        sys.setprofile(watch)
+
+
 def _shown_fake(grad_output, in_h, in_w, scale, mode):
     """board_op's registered fake kernel, which section 3 names: refused by identity."""
     from helpers import board_op
@@ -98,6 +112,7 @@ WRONG = {
             "device",
         ),
         (_shown_fake, "board_op's own"),
+        (_unwatched_fake, "switches off the check's watch"),
         (_by_heart_fake, "a hidden case"),
         (_divided_fake, "a hidden case"),
     ],

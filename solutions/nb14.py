@@ -39,14 +39,18 @@ SPLIT_VS_DDP = (4, 3)
 PROFILE_ALLREDUCES = 108
 
 
-# 14.4 Dynamo's first-frame rule. For a frame Dynamo meets when it is tracing nothing (asked
-# without is_inlined_call; a module without hooks; the default config), trace_rules'
-# check_verbose -> lookup_inner -> _lookup_inner goes: (1) the table of single functions
-# (`get_torch_obj_rule_map()`, keyed by the function object itself): an entry decides, skip only
-# for SkipFunctionVariable (F.relu: traced though torch/nn is skipped; DeviceMesh.__init__:
-# skipped though its file is on LEGACY_MOD_INLINELIST); (2) a name rule (`__getattr__`, no case
-# here); (3) check_file on `inspect.getfile(fn)`, i.e. the file of the code object that runs,
-# the wrapper's for a decorated function (SGD.zero_grad: _disable_dynamo's `inner` in
+# 14.4 Dynamo's first-frame rule. convert_frame decides a frame Dynamo meets while it traces
+# nothing with trace_rules.check(frame.f_code, frame=frame): on the frame's CODE OBJECT (for a
+# module without hooks the frame changes nothing; the default config). check_verbose ->
+# lookup_inner -> _lookup_inner then has no function object, only the code's name and file:
+# (1) the table of single functions (`get_torch_obj_rule_map()`) looked up by the string
+# "<file>#<name>" (a resumed frame by "<file>#torch_dynamo_resume_in"): only the `forward`s of
+# a few files of torch/testing/_internal have such keys, all traced. The table's entries by
+# object (F.relu: traced; DeviceMesh.__init__: skipped) decide for an inlined call and for the
+# wrapper torch.compile(fn) puts around fn (eval_frame.py), never for a frame: F.relu's frame is
+# skipped (torch/nn is on MOD_SKIPLIST), DeviceMesh.__init__'s traced (LEGACY_MOD_INLINELIST).
+# (2) a name rule: a top-level `__getattr__` is skipped. (3) check_file on the code's file, the
+# wrapper's for a decorated function (SGD.zero_grad: _disable_dynamo's `inner` in
 # torch/_compile.py, skipped; DDP.no_sync: contextlib's `helper`, on no list, traced), asked as
 # a first frame: FORCE_SKIP_FILES (lr_scheduler.py), LEGACY_MOD_INLINELIST's directories (not
 # skipped), SKIP_DIRS (abc, copy, importlib, random, re, linecache of the standard library, the
@@ -54,15 +58,27 @@ PROFILE_ALLREDUCES = 108
 # "torch._compile" -> .../torch/_compile, which torch/_compile.py starts with): skipped; else
 # traced. MOD_INLINELIST (torch.nn, torch.distributed are on it) is asked only for an inlined
 # call, so it plays no part here.
+def _frame_rule(code):
+    """The table's entry for a frame of `code` (by "<file>#<name>"), or None."""
+    from torch._dynamo import trace_rules
+
+    prefix = trace_rules.TORCH_DYNAMO_RESUME_IN_PREFIX
+    name = prefix if code.co_name.startswith(prefix) else code.co_name
+    return trace_rules.get_torch_obj_rule_map().get(code.co_filename + "#" + name)
+
+
 def first_frame_skipped(fn):
     """True when Dynamo skips a frame of `fn` as the first frame of a compile."""
     from torch._dynamo import trace_rules
     from torch._dynamo.variables import SkipFunctionVariable
 
-    rule = trace_rules.get_torch_obj_rule_map().get(fn)
+    code = fn.__code__  # the code that runs: for a decorated function, its wrapper's
+    rule = _frame_rule(code)
     if rule is not None:
         return rule is SkipFunctionVariable
-    path = trace_rules._as_posix_path(fn.__code__.co_filename)
+    if code.co_name == "__getattr__":
+        return True
+    path = trace_rules._as_posix_path(code.co_filename)
     if path in trace_rules.FORCE_SKIP_FILES:
         return True
     if any(path.startswith(d) for d in trace_rules.get_legacy_mod_inlinelist()):
@@ -177,21 +193,48 @@ def _ff_skiplist_only(fn):
     return _file_rules(fn.__code__.co_filename, legacy=False, skip_dirs=False, force=False)
 
 
+def _frame_rules(fn, **file_rules):
+    # the table by "<file>#<name>" and the name rule, then the rules for files as given
+    from torch._dynamo.variables import SkipFunctionVariable
+
+    rule = _frame_rule(fn.__code__)
+    if rule is not None:
+        return rule is SkipFunctionVariable
+    if fn.__code__.co_name == "__getattr__":
+        return True
+    return _file_rules(fn.__code__.co_filename, **file_rules)
+
+
 def _ff_no_legacy(fn):
+    return _frame_rules(fn, legacy=False)
+
+
+def _ff_by_object(fn):
+    # the table looked up by the function object, as for an inlined call or torch.compile(fn)
     from torch._dynamo import trace_rules
     from torch._dynamo.variables import SkipFunctionVariable
 
     rule = trace_rules.get_torch_obj_rule_map().get(fn)
     if rule is not None:
         return rule is SkipFunctionVariable
-    return _file_rules(fn.__code__.co_filename, legacy=False)
+    return first_frame_skipped(fn)
+
+
+def _ff_no_name_rule(fn):
+    # the table and the rules for files, without the rule for a top-level __getattr__
+    from torch._dynamo.variables import SkipFunctionVariable
+
+    rule = _frame_rule(fn.__code__)
+    if rule is not None:
+        return rule is SkipFunctionVariable
+    return _file_rules(fn.__code__.co_filename)
 
 
 def _ff_by_module(fn):
     # the module a function belongs to, against MOD_SKIPLIST's names
     from torch._dynamo import trace_rules
 
-    m = fn.__module__
+    m = fn.__module__ or ""
     return any(m == s or m.startswith(s + ".") for s in trace_rules.MOD_SKIPLIST)
 
 
@@ -204,19 +247,13 @@ def _ff_unwrapped(fn):
 
 def _ff_inline_wins(fn):
     # MOD_INLINELIST (torch.nn, torch.distributed) asked for a first frame too
-    from torch._dynamo import trace_rules
-    from torch._dynamo.variables import SkipFunctionVariable
-
-    rule = trace_rules.get_torch_obj_rule_map().get(fn)
-    if rule is not None:
-        return rule is SkipFunctionVariable
-    return _file_rules(fn.__code__.co_filename, inline_first=True)
+    return _frame_rules(fn, inline_first=True)
 
 
 def _ff_ask_dynamo(fn):
     from torch._dynamo import trace_rules
 
-    return trace_rules.check(fn)
+    return trace_rules.check(fn.__code__)
 
 
 def _ff_alias(fn):
@@ -233,6 +270,33 @@ def _ff_lookup(fn):
     return trace_rules.lookup(fn) is SkipFunctionVariable
 
 
+def _ff_copy(fn):
+    # a copy of trace_rules' deciding functions, compiled afresh (new code objects, same code)
+    import inspect
+
+    from torch._dynamo import trace_rules as t
+
+    names = ("check_verbose", "lookup_inner", "_lookup_inner", "check_file")
+    source = "\n".join(inspect.getsource(inspect.unwrap(getattr(t, n))) for n in names)
+    namespace = dict(vars(t))
+    exec(compile(source, "<copy>", "exec"), namespace)  # noqa: S102
+    return namespace["check_verbose"](fn.__code__).skipped
+
+
+def _ff_suspended(fn):
+    # the watch switched off around Dynamo's own answer, then put back
+    import sys
+
+    from torch._dynamo import trace_rules
+
+    watch = sys.getprofile()
+    sys.setprofile(None)
+    try:
+        return trace_rules.check(fn.__code__)
+    finally:
+        sys.setprofile(watch)
+
+
 def _ff_unwatched(fn):
     # the watch switched off before asking Dynamo
     import sys
@@ -240,7 +304,20 @@ def _ff_unwatched(fn):
     from torch._dynamo import trace_rules
 
     sys.setprofile(None)
-    return trace_rules.check(fn)
+    return trace_rules.check(fn.__code__)
+
+
+def _ff_in_thread(fn):
+    # Dynamo's answer computed in a thread of its own
+    import threading
+
+    from torch._dynamo import trace_rules
+
+    found = []
+    thread = threading.Thread(target=lambda: found.append(trace_rules.check(fn.__code__)))
+    thread.start()
+    thread.join()
+    return found[0]
 
 
 def _ff_raises(fn):
@@ -275,13 +352,18 @@ WRONG = {
         (_ff_no_table, "a hidden case"),
         (_ff_skiplist_only, "a hidden case"),
         (_ff_no_legacy, "a hidden case"),
+        (_ff_by_object, "decides a frame on its code object"),
+        (_ff_no_name_rule, "the function's name"),
         (_ff_by_module, "which code runs"),
         (_ff_unwrapped, "which code runs"),
         (_ff_inline_wins, "asked for a first frame"),
         (_ff_ask_dynamo, "do not ask"),
         (_ff_alias, "do not ask"),
         (_ff_lookup, "do not ask"),
+        (_ff_copy, "do not ask"),
+        (_ff_suspended, "do not ask"),
         (_ff_unwatched, "do not ask"),
+        (_ff_in_thread, "do not ask"),
         (_ff_raises, "your code raised"),
         (_ff_says_yes, "return True"),
         (lambda: True, "takes one argument"),

@@ -151,6 +151,60 @@ def _by_func_grad(y, x, grad):
     return grad * gy.reshape(y.shape), grad * gx.reshape(x.shape)
 
 
+def _mode_popped(y, x, grad):
+    """The check's dispatch mode taken off its stack, then autograd's engine: refused."""
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yl, xl = y.detach().requires_grad_(), x.detach().requires_grad_()
+        out = torch.atan2(yl, xl)
+        engine = torch.autograd.Variable._execution_engine
+        gy, gx = engine.run_backward((out,), (grad,), False, False, (yl, xl), False)
+    return gy.detach(), gx.detach()
+
+
+def _mode_popped_in_c(y, x, grad):
+    """The mode popped by torch._C and pushed back; the gradient from the graph's node itself."""
+    import torch
+
+    mode = torch._C._pop_torch_dispatch_stack(None)
+    try:
+        yl, xl = y.detach().requires_grad_(), x.detach().requires_grad_()
+        gy, gx = (g.detach() for g in torch.atan2(yl, xl).grad_fn(grad))
+    finally:
+        torch._C._push_on_torch_dispatch_stack(mode)
+    return gy, gx
+
+
+def _dispatch_disabled(y, x, grad):
+    """_DisableTorchDispatch (it leaves the modes in play: the mode refuses detach)."""
+    import torch
+
+    with torch._C._DisableTorchDispatch():
+        yl, xl = y.detach().requires_grad_(), x.detach().requires_grad_()
+        gy, gx = torch.atan2(yl, xl).grad_fn(grad)
+    return gy.detach(), gx.detach()
+
+
+def _unwatched_and_popped(y, x, grad):
+    """The profiler switched off, the mode popped, the watch put back: refused."""
+    import sys
+
+    import torch
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    watch = sys.getprofile()
+    sys.setprofile(None)
+    try:
+        with _disable_current_modes():
+            yl, xl = y.detach().requires_grad_(), x.detach().requires_grad_()
+            gy, gx = torch.autograd.grad(torch.atan2(yl, xl), (yl, xl), grad)
+    finally:
+        sys.setprofile(watch)
+    return gy.detach(), gx.detach()
+
+
 def _in_place(y, x, grad):
     """The right values, but x and y are squared in place: the saved inputs are overwritten."""
     x2, y2 = x.clone(), y.clone()
@@ -201,6 +255,10 @@ WRONG = {
         (_difference_quotient, "difference quotient"),
         (_by_forward_mode, "asks torch for a derivative"),
         (_in_place, "writes into y, x or grad"),
+        (_mode_popped, "out of play"),
+        (_mode_popped_in_c, "out of play"),
+        (_dispatch_disabled, "requires grad"),
+        (_unwatched_and_popped, "out of play"),
         (_by_heart, "a hidden case"),
         (_float64_denominator, "a hidden case"),
         (_unsimplified, "divide by x"),

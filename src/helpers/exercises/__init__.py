@@ -257,25 +257,84 @@ def binds(fn: Any, args: tuple) -> bool:
 
 
 @contextlib.contextmanager
-def watching(codes: set, builtins: set = frozenset()) -> Iterator[list]:
+def watching(
+    codes: set,
+    builtins: set = frozenset(),
+    same_code: bool = False,
+    bound: tuple = (),
+    holds: Callable[[], str | None] | None = None,
+) -> Iterator[list]:
     """Record, while the block runs, every call of a Python function whose code object is in
     `codes` (its name) or of a builtin whose id is in `builtins`. At run time (`sys.setprofile`,
-    the previous profiler restored after), so that an alias or a helper defined elsewhere is seen
-    as well as a call by name: a judge's refusal of the library call its exercise replaces."""
+    the previous profiler restored after; threads started in the block are watched too), so that
+    an alias or a helper defined elsewhere is seen as well as a call by name: a judge's refusal
+    of the library call its exercise replaces.
+
+    `same_code`: a copy of a watched function (its source compiled again, its code replaced)
+    counts too: a called code with the same bytecode, names and constants (for large functions
+    only: a short one can be the reader's own right answer, written the same way). `bound`:
+    objects whose C methods count when called (a bound method is built afresh at each access, so
+    its id cannot be watched). `holds`: asked after each C call returns and once more at the end;
+    a name it returns is recorded (a judge's state that must stay, such as a dispatch mode on its
+    stack).
+    Switching the watch off (`sys.setprofile` or `threading.setprofile` called in the block, or
+    another profiler left in place at its end) is recorded as "sys.setprofile", whatever the
+    judge watches."""
+    import threading
+
     hits: list = []
-    previous = sys.getprofile()
+    previous, previous_threads = sys.getprofile(), threading.getprofile()
+    active = True
+
+    def fingerprint(code: Any) -> Any:
+        consts = tuple(
+            fingerprint(c) if inspect.iscode(c) else (type(c).__name__, repr(c))
+            for c in code.co_consts
+        )
+        return code.co_code, code.co_names, consts
+
+    prints = {fingerprint(c) for c in codes} if same_code else set()
+    names = {c.co_names for c in codes} if same_code else set()
+    switches = {threading.setprofile.__code__}
+    switches |= {f.__code__ for f in [getattr(threading, "setprofile_all_threads", None)] if f}
+    off = {id(sys.setprofile), *(id(f) for f in [getattr(sys, "_setprofileallthreads", None)] if f)}
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code in codes:
-            hits.append(frame.f_code.co_name)
-        elif event == "c_call" and id(arg) in builtins:
-            hits.append(getattr(arg, "__name__", "?"))
+        if not active:
+            return
+        if event == "call":
+            code = frame.f_code
+            if code in codes:
+                hits.append(code.co_name)
+            elif code in switches:
+                hits.append("sys.setprofile")
+            elif code.co_names in names and fingerprint(code) in prints:
+                hits.append(code.co_name)
+        elif event == "c_call":
+            if id(arg) in builtins:
+                hits.append(getattr(arg, "__name__", "?"))
+            elif id(arg) in off:
+                hits.append("sys.setprofile")
+            elif bound and any(getattr(arg, "__self__", None) is b for b in bound):
+                hits.append(getattr(arg, "__name__", "?"))
+        elif event == "c_return" and holds is not None:
+            lost = holds()
+            if lost is not None and lost not in hits:
+                hits.append(lost)
 
+    threading.setprofile(profile)  # before the watch starts: not a call it records
     sys.setprofile(profile)
     try:
         yield hits
     finally:
+        active = False
+        if sys.getprofile() is not profile:
+            hits.append("sys.setprofile")
+        lost = holds() if holds is not None else None
+        if lost is not None and lost not in hits:
+            hits.append(lost)
         sys.setprofile(previous)
+        threading.setprofile(previous_threads)
 
 
 #: The steps' labels (msgids).

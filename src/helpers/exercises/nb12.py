@@ -136,11 +136,11 @@ def blend_schema(answer: Any) -> str:
     if [t for _, t in args] != [t for _, t in BLEND_ARGS]:
         types = [_schema_type(t) for _, t in args]
         if len(types) == 3 and types[2] == "int":
-            if re.search(r"\bSymInt\b", answer):  # torch prints SymInt as int
+            if re.search(r"\bSymInt\b", answer):  # the argument's str(type) is int
                 raise Hint(
                     tr(
-                        "alpha is a fractional weight: `SymInt` (a symbolic `int`, which torch "
-                        "prints as `int`) would take only whole numbers"
+                        "alpha is a fractional weight: `SymInt` (a symbolic `int`; the "
+                        "argument's type prints as `int`) would take only whole numbers"
                     )
                 )
             raise Hint(tr("alpha is a fractional weight: `int` would take only whole numbers"))
@@ -289,6 +289,14 @@ def upsample_backward_fake(answer: Any) -> str:
             f"board_op's registered fake kernel should return the input's shape {shape} in "
             f"{dtype}, found {tuple(truth.shape)} in {truth.dtype}"
         )
+        if "sys.setprofile" in called:
+            raise Hint(
+                tr(
+                    "your function switches off the check's watch (sys.setprofile): leave the "
+                    "profiler in place and write the function yourself from the schema and "
+                    "`_backward`"
+                )
+            )
         if called:
             raise Hint(
                 tr(

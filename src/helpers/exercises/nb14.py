@@ -5,9 +5,10 @@ The truths come from the installed torch: DDPOptimizer's own bucketing run on an
 `compile_fn` cuts the buckets before it splits the graph), against which the reader's
 `ddp_optimizer_buckets` runs in-process on the shown case and hidden ones; DDP's bucket
 assignment (`dist._compute_bucket_assignment_by_size`); and Dynamo's skip rule for a first frame
-(`trace_rules.check`), against which the reader's `first_frame_skipped` runs on the prompt's
-functions and hidden ones built at check time, with trace_rules' deciding functions refused
-while it runs. No judge launches processes or compiles.
+(`trace_rules.check` on the frame's code object, as `convert_frame` asks it), against which the
+reader's `first_frame_skipped` runs on the prompt's functions and hidden ones built at check time,
+with trace_rules' deciding functions (and copies of them) refused while it runs. No judge
+launches processes or compiles.
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ def split_code(answer: Any) -> str:
                 first=first,
             )
         )
-        with _watching(codes, builtins) as hits:
+        with _watching(codes, builtins, same_code=True) as hits:
             try:
                 found = answer(list(sizes), cap, first)
             except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
@@ -507,6 +508,24 @@ def _wraps(fn: Any) -> Any:
     return wrapper
 
 
+def _fsdp_forward() -> Any:
+    """A function `forward` whose code names torch/testing/_internal/common_fsdp.py as its file:
+    for Dynamo a frame of it is one of that file's (the module cannot be imported here)."""
+    from torch._dynamo import trace_rules
+
+    path = trace_rules._module_dir(torch) + "testing/_internal/common_fsdp.py"
+    namespace: dict = {}
+    exec(compile("def forward(self, x):\n    return x\n", path, "exec"), namespace)  # noqa: S102
+    return namespace["forward"]
+
+
+class _Lazy:
+    """A class of src/helpers with a `__getattr__` (14.4's case of a rule by name)."""
+
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
 def first_frame_cases() -> list[tuple[str, Any, bool]]:
     """14.4's cases, (name or msgid of a description, function, shown): the prompt's, then the
     hidden ones, built afresh at each call. They come in pairs that share a name and a module
@@ -541,6 +560,9 @@ def first_frame_cases() -> list[tuple[str, Any, bool]]:
          torch.optim.lr_scheduler.StepLR.get_lr),
         (N_("copy.deepcopy, from the standard library"), copy.deepcopy),
         (N_("textwrap.dedent, from the standard library"), textwrap.dedent),
+        (N_("a function forward compiled here with the file name torch/testing/_internal/"
+            "common_fsdp.py (that module itself needs expecttest)"), _fsdp_forward()),
+        (N_("_Lazy.__getattr__, a method of a class defined in src/helpers"), _Lazy.__getattr__),
     ]  # fmt: skip
     return [(n, f, True) for n, f in FIRST_FRAME_SHOWN.items()] + [(d, f, False) for d, f in hidden]
 
@@ -570,6 +592,8 @@ def _deciders() -> tuple[set, list[str]]:
 #: 14.4: what to think about, by what decided the case (a phrase of trace_rules' reason)
 _FIRST_FRAME_QUESTIONS = (
     ("get_torch_obj_rule_map", N_("is anything asked before the rules for files?")),
+    ("__getattr__", N_("is anything asked about the function's name before the rules for "
+                       "files?")),
     ("force-skipped", N_("read check_file from its first test: is any single file decided "
                          "before the lists?")),
     ("LEGACY_MOD_INLINELIST", N_("which of check_file's lists does its file lie under, and "
@@ -586,6 +610,7 @@ def _first_frame_question(fn: Any, yours: bool) -> str:
     """The question a wrong verdict on `fn` gets: the decorated case first, then by the rule that
     decided (trace_rules' own reason for it)."""
     from torch._dynamo import trace_rules
+    from torch._dynamo.variables import SkipFunctionVariable
 
     inner = inspect.unwrap(fn)
     code = getattr(inner, "__code__", None)
@@ -593,10 +618,16 @@ def _first_frame_question(fn: Any, yours: bool) -> str:
         inner is not fn
         and code is not None
         and code.co_filename != fn.__code__.co_filename
-        and yours == trace_rules.check(inner)
+        and yours == trace_rules.check(code)
     ):
         return tr("which code runs when it is called, and in which file does that code lie?")
-    reason = trace_rules.check_verbose(fn).reason or ""
+    rule = trace_rules.get_torch_obj_rule_map().get(fn)
+    if rule is not None and yours == (rule is SkipFunctionVariable):
+        return tr(
+            "Dynamo decides a frame on its code object, so which key of the table of single "
+            "functions could a frame match, and which entries have such keys?"
+        )
+    reason = trace_rules.check_verbose(fn.__code__).reason or ""
     for phrase, question in _FIRST_FRAME_QUESTIONS:
         if phrase in reason:
             return tr(question)
@@ -606,28 +637,40 @@ def _first_frame_question(fn: Any, yours: bool) -> str:
 def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
     """The right answer's explanation, from the installed torch; a Hint (not the reader's try)
     where this torch no longer behaves as it says."""
+    import torch.distributed.device_mesh as device_mesh
     import torch.nn.functional as F
     from torch._dynamo import trace_rules
 
     site = os.path.dirname(os.path.dirname(torch.__file__))
     zero, sync = torch.optim.SGD.zero_grad, DDP.no_sync
     body = inspect.unwrap(sync)
+    table = trace_rules.get_torch_obj_rule_map()
+    keys = [k for k in table if isinstance(k, str)]
+    init = device_mesh.DeviceMesh.__init__
     holds = {
-        "relu has an entry of its own and is traced": (
-            trace_rules.get_torch_obj_rule_map().get(F.relu) is not None
+        "the table's keys for a frame are <file>#<name> of torch/testing/_internal": (
+            bool(keys) and all("#" in k and "/torch/testing/_internal/" in k for k in keys)
+        ),
+        "relu and DeviceMesh.__init__ have entries by object that a frame does not meet": (
+            table.get(F.relu) is not None
             and not trace_rules.check(F.relu)
-            and trace_rules.check(nn.ReLU.forward)
+            and trace_rules.check(F.relu.__code__)
+            and trace_rules.check(init)
+            and not trace_rules.check(init.__code__)
         ),
         "zero_grad's wrapper is skipped, and runs it under torch._dynamo.disable": (
-            trace_rules.check(zero)
-            and not trace_rules.check(inspect.unwrap(zero))
+            trace_rules.check(zero.__code__)
+            and not trace_rules.check(inspect.unwrap(zero).__code__)
             and "torch._dynamo.disable(fn" in inspect.getsource(torch._disable_dynamo)
         ),
         "no_sync's helper is traced, its body's frame skipped": (
-            not trace_rules.check(sync) and body is not sync and trace_rules.check(body.__code__)
+            not trace_rules.check(sync.__code__)
+            and body is not sync
+            and trace_rules.check(body.__code__)
         ),
         "MOD_INLINELIST is asked only for an inlined call": (
-            trace_rules.check(DDP.forward) and not trace_rules.check(DDP.forward, True)
+            trace_rules.check(DDP.forward.__code__)
+            and not trace_rules.check(DDP.forward.__code__, True)
         ),
     }
     broken = [claim for claim, ok in holds.items() if not ok]
@@ -642,20 +685,27 @@ def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
         )
     return tr(
         (
-            "all {n} functions as Dynamo answers them ({shown} shown, {hidden} hidden). For a "
-            "first frame it asks its table of single functions first (torch.nn.functional.relu "
-            "has an entry and is traced, though ReLU.forward in torch/nn is skipped), then "
-            "check_file on the file of the code object that runs, for a decorated function its "
-            "wrapper's. For SGD.zero_grad that is {zero_code} in {zero_file} (torch._compile, "
-            "on MOD_SKIPLIST); when called, that wrapper runs zero_grad under "
+            "all {n} functions as Dynamo answers them ({shown} shown, {hidden} hidden). A frame "
+            "is decided on its code object (convert_frame asks trace_rules.check(frame.f_code)), "
+            'so the table of single functions is looked up by "<file>#<name>", keys only '
+            "entries under torch/testing/_internal have; the table by object decides for an "
+            "inlined call and for the wrapper torch.compile(fn) puts around a function "
+            "(_TorchDynamoContext.__call__ in eval_frame.py), not for a frame: "
+            "torch.nn.functional.relu's entry there says traced, yet its frame is skipped like "
+            "ReLU.forward's in torch/nn, and DeviceMesh.__init__'s says skipped, yet its frame "
+            "is traced. Next a function named __getattr__ is skipped, then check_file decides "
+            "on the file of the code object that runs, for a decorated function its wrapper's. "
+            "For SGD.zero_grad that is {zero_code} in {zero_file} (torch._compile, on "
+            "MOD_SKIPLIST); when called, that wrapper runs zero_grad under "
             "torch._dynamo.disable, which turns Dynamo off for the call whatever the rules say. "
             "For DistributedDataParallel.no_sync it is {sync_code} in the standard library's "
-            "{sync_file}, on no list: that frame only builds the context manager, and no_sync's "
-            "own body, a generator in {body_file}, runs at __enter__ in a frame of its own, "
-            "which the rules for files skip. In check_file the files it skips by name ({force}) "
-            "come first, LEGACY_MOD_INLINELIST wins over MOD_SKIPLIST, and MOD_INLINELIST is "
-            "asked only for an inlined call; and the forward of a torch.nn module is traced as "
-            "a first frame after all when that module has hooks."
+            "{sync_file}, on no list, so traced (the trace rules' answer; a frame without "
+            "tensors is passed over anyway): that frame only builds the context manager, and "
+            "no_sync's own body, a generator in {body_file}, runs at __enter__ in a frame of "
+            "its own, which the rules for files skip. In check_file the files it skips by name "
+            "({force}) come first, LEGACY_MOD_INLINELIST wins over MOD_SKIPLIST, and "
+            "MOD_INLINELIST is asked only for an inlined call; and the forward of a torch.nn "
+            "module is traced as a first frame after all when that module has hooks."
         ),
         n=n_shown + n_hidden,
         shown=n_shown,
@@ -678,7 +728,8 @@ def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
         "`check_file` and the lists above it"
     ),
     reveal=N_(
-        "`trace_rules.check_verbose(fn)` on each case; the hidden ones are built by "
+        "`trace_rules.check_verbose(fn.__code__)` on each case (a frame is decided on its code "
+        "object); the hidden ones are built by "
         "`first_frame_cases()` in helpers/exercises/nb14.py"
     ),
 )
@@ -705,14 +756,16 @@ def first_frame(answer: Any) -> str:
             counts=False,
         )
     cases = first_frame_cases()
-    truths = [trace_rules.check(fn) for _, fn, _ in cases]  # before the reader's code runs
+    # a frame is decided on its code object (convert_frame: trace_rules.check(frame.f_code)),
+    # before the reader's code runs
+    truths = [trace_rules.check(fn.__code__) for _, fn, _ in cases]
     refusal = tr(
         "do not ask Dynamo's own skip rule (trace_rules' functions that decide it, by whatever "
         "name): apply the table and the rules for files yourself"
     )
     for (name, fn, shown), truth in zip(cases, truths, strict=True):
         where = name if shown else tr("a hidden case ({case})", case=tr(name))
-        with watching(codes) as hits:
+        with watching(codes, same_code=True) as hits:
             watch = sys.getprofile()
             try:
                 found = answer(fn)

@@ -8,6 +8,8 @@ autograd itself (the gradient of `torch.atan2`). CPU only.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -172,12 +174,44 @@ _REFUSED_OPS = (
 )  # fmt: skip
 
 
+#: torch's directory: its Python code runs while the dispatcher holds a mode aside.
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
 class _NoAtan(torch.utils._python_dispatch.TorchDispatchMode):
     """Refuses, inside the reader's function, the ops that compute the angle (the formula needs
     none) and every op on a tensor that requires grad: no autograd graph can be built, so no
     entry point (torch.autograd.grad, the engine's run_backward, ...) has one to differentiate."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = 0  # how deep in __torch_dispatch__ (where torch stashes the mode)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.inside += 1
+        try:
+            return self._refuse(func, args, kwargs)
+        finally:
+            self.inside -= 1
+
+    def lost(self) -> str | None:
+        """What took this mode out of play, if anything did (outside its __torch_dispatch__):
+        it is no longer on the dispatch mode stack, or the Python dispatch key is excluded."""
+        if self.inside:
+            return None
+        frame = sys._getframe(2)  # the frame of the call that returned (holds <- the profile)
+        while frame is not None:  # torch's own code, which stashes the mode while it dispatches
+            if frame.f_code.co_filename.startswith(_TORCH_DIR):
+                return None
+            frame = frame.f_back
+        stack = torch.utils._python_dispatch._get_current_dispatch_mode_stack()
+        if not any(mode is self for mode in stack):
+            return "the dispatch mode stack"
+        if torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python):
+            return "the Python dispatch key"
+        return None
+
+    def _refuse(self, func, args, kwargs):
         if func.name().split("::")[-1].split(".")[0] in _REFUSED_OPS:
             raise Hint(
                 tr(
@@ -215,9 +249,31 @@ def _autograd_codes() -> set:
 
 def _autograd_builtins() -> set:
     """The ids of the C functions behind those entry points that a reader could call directly:
-    `torch._make_dual` (forward mode). The engine's run_backward needs a graph, which
-    `_NoAtan` refuses to build."""
-    return {id(torch._C._VariableFunctions._make_dual)}
+    `torch._make_dual` (forward mode); and of those that take a dispatch mode off its stack.
+    The engine's run_backward (a bound method: `_ENGINE`) needs a graph, which `_NoAtan`
+    refuses to build while it stays in play."""
+    return {
+        id(torch._C._VariableFunctions._make_dual),
+        *(id(getattr(torch._C, n)) for n in _MODE_BUILTINS if hasattr(torch._C, n)),
+    }
+
+
+#: The C functions that take a dispatch mode off its stack or swap one in.
+_MODE_BUILTINS = ("_pop_torch_dispatch_stack", "_set_dispatch_mode", "_unset_dispatch_mode")
+
+
+def _mode_codes() -> set:
+    """The code objects of the Python helpers that take the current dispatch modes away."""
+    import inspect
+
+    import torch.utils._python_dispatch as dispatch
+
+    names = ("_disable_current_modes", "_pop_mode", "_pop_mode_temporarily")
+    return {inspect.unwrap(getattr(dispatch, n)).__code__ for n in names}
+
+
+#: Hits that mean the reader's function took the check's watch out of play.
+_SWITCHED_OFF = ("sys.setprofile", "the dispatch mode stack", "the Python dispatch key")
 
 
 #: 18.3's cases: (name, y, x, grad); the first is the one the prompt shows.
@@ -280,8 +336,22 @@ def atan2_backward(answer: Any) -> str:
     for i, (name, y, x, grad) in enumerate(_atan2_cases()):
         truth = atan2_truth(y, x, grad)
         y_in, x_in, grad_in = y.clone(), x.clone(), grad.clone()
-        with _NoAtan(), watching(_autograd_codes(), _autograd_builtins()) as asked:
+        mode = _NoAtan()
+        watched = _autograd_codes() | _mode_codes()
+        engine = (torch.autograd.Variable._execution_engine,)
+        with mode, watching(watched, _autograd_builtins(), bound=engine, holds=mode.lost) as asked:
             found = answer(y_in, x_in, grad_in)
+        mode_names = {c.co_name for c in _mode_codes()} | set(_MODE_BUILTINS)
+        switched = [a for a in asked if a in _SWITCHED_OFF or a in mode_names]
+        if switched:
+            raise Hint(
+                tr(
+                    "your function takes the check's watch out of play ({what}): leave the "
+                    "dispatch mode and the profiler in place and write the derivative's formula "
+                    "with y, x and grad alone",
+                    what=switched[0],
+                )
+            )
         if asked:
             raise Hint(
                 tr(
