@@ -68,7 +68,7 @@ def _frame_rule(code):
 
 
 def first_frame_skipped(fn):
-    """True when Dynamo skips a frame of `fn` as the first frame of a compile."""
+    """True when Dynamo's trace rules skip a frame of `fn` as the first frame of a compile."""
     from torch._dynamo import trace_rules
     from torch._dynamo.variables import SkipFunctionVariable
 
@@ -320,6 +320,32 @@ def _ff_in_thread(fn):
     return found[0]
 
 
+def _ff_table_game():
+    # the second pass's game (R39L-14-2): trace_rules asked at cell level, on the cases the
+    # reveal names, before the check runs; the answer only looks the table up
+    from torch._dynamo import trace_rules
+
+    from helpers.exercises.nb14 import first_frame_cases
+
+    by_code = {f.__code__: trace_rules.check(f.__code__) for _, f, _ in first_frame_cases()}
+    by_place = {
+        (f.__code__.co_filename, f.__code__.co_name): trace_rules.check(f.__code__)
+        for _, f, _ in first_frame_cases()
+    }
+
+    def exact(fn):
+        return by_code[fn.__code__]
+
+    def lenient(fn):
+        code = fn.__code__
+        return by_code.get(code, by_place.get((code.co_filename, code.co_name), False))
+
+    return exact, lenient
+
+
+_ff_table, _ff_table_lenient = _ff_table_game()
+
+
 def _ff_raises(fn):
     return fn.__code__.co_path
 
@@ -364,6 +390,8 @@ WRONG = {
         (_ff_suspended, "do not ask"),
         (_ff_unwatched, "do not ask"),
         (_ff_in_thread, "do not ask"),
+        (_ff_table, "your code raised"),
+        (_ff_table_lenient, "not Dynamo's"),
         (_ff_raises, "your code raised"),
         (_ff_says_yes, "return True"),
         (lambda: True, "takes one argument"),

@@ -519,6 +519,46 @@ def _fsdp_forward() -> Any:
     return namespace["forward"]
 
 
+#: 14.4: code compiled at check time under a file name of each kind the rules for files tell
+#: apart, (description, directory or file relative to torch's or the standard library's
+#: directory, root); a new module name (or, for a single file, a new function name) at each call,
+#: so that no table made before the check can hold them. Dynamo decides their frames on
+#: co_filename and co_name alone, as for any code object.
+_FRESH_FILES = (
+    (N_("a function compiled at check time in a new file under torch/nn/modules"),
+     "nn/modules/", "torch"),
+    (N_("a function compiled at check time in torch/_compile.py, under a new name"),
+     "_compile.py", "torch"),
+    (N_("a function compiled at check time in a new file under torch/_export/db/examples"),
+     "_export/db/examples/", "torch"),
+    (N_("a function compiled at check time in a new file under torch/_export"),
+     "_export/", "torch"),
+    (N_("a function compiled at check time in a new file under the standard library's "
+        "importlib"), "importlib/", "stdlib"),
+    (N_("a function compiled at check time in torch/optim/lr_scheduler.py, under a new name"),
+     "optim/lr_scheduler.py", "torch"),
+    (N_("a function compiled at check time in a new file under torch/optim"), "optim/", "torch"),
+    (N_("a function compiled at check time in a new file directly in torch's directory"), "",
+     "torch"),
+)  # fmt: skip
+
+
+def _fresh_function(where: str, root: str) -> Any:
+    """A function compiled afresh whose code names a file `where` (a directory: a new module in
+    it) under torch's directory or the standard library's, with a new name."""
+    import secrets
+
+    from torch._dynamo import trace_rules
+
+    base = trace_rules._module_dir(torch) if root == "torch" else os.path.dirname(os.__file__) + "/"
+    tag = secrets.token_hex(6)
+    path = base + (where + f"_fresh_{tag}.py" if where == "" or where.endswith("/") else where)
+    namespace: dict = {}
+    source = f"def f_{tag}(x):\n    return x\n"
+    exec(compile(source, path, "exec"), namespace)  # noqa: S102
+    return namespace[f"f_{tag}"]
+
+
 class _Lazy:
     """A class of src/helpers with a `__getattr__` (14.4's case of a rule by name)."""
 
@@ -564,6 +604,7 @@ def first_frame_cases() -> list[tuple[str, Any, bool]]:
             "common_fsdp.py (that module itself needs expecttest)"), _fsdp_forward()),
         (N_("_Lazy.__getattr__, a method of a class defined in src/helpers"), _Lazy.__getattr__),
     ]  # fmt: skip
+    hidden += [(d, _fresh_function(where, root)) for d, where, root in _FRESH_FILES]
     return [(n, f, True) for n, f in FIRST_FRAME_SHOWN.items()] + [(d, f, False) for d, f in hidden]
 
 
@@ -790,6 +831,14 @@ def first_frame(answer: Any) -> str:
         if bool(found) == truth:
             continue
         question = _first_frame_question(fn, bool(found))
+        if not shown:  # a hidden case's answer is not given away: the kind and a question
+            raise Hint(
+                tr(
+                    "{where}: your function's answer is not Dynamo's; {question}",
+                    where=where,
+                    question=question,
+                )
+            )
         if truth:
             raise Hint(
                 tr(
