@@ -16,9 +16,9 @@ from importlib.metadata import distribution, packages_distributions
 from pathlib import Path
 
 import nbformat
-from pip._vendor.packaging.requirements import Requirement
-from pip._vendor.packaging.specifiers import SpecifierSet
-from pip._vendor.packaging.version import Version
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 DEVCONTAINER = ROOT / ".devcontainer" / "devcontainer.json"
