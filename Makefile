@@ -160,6 +160,16 @@ course: $(STAMP) ## 00's table, the README tables and the book index from notebo
 	$(if $(filter-out notebooks/*.ipynb,$(NB)),$(BIN)/python tools/course.py prereqs $(NB))
 	$(BIN)/python tools/course.py check
 
+# Graded assignments (issue 37): an nbgrader 0.9 course folder for one course path, in English and
+# Chinese, from the notebooks, their judges and solutions/ (tools/assign.py; docs/teaching.md).
+# COURSE_PATH names the path (not PATH, which make passes to the shell): its slug or a word of it.
+COURSE_PATH ?=
+ASSIGNMENTS_OUT ?= _build/assignments
+.PHONY: assignments
+assignments: $(STAMP) ## nbgrader assignment of a course path, en + zh (COURSE_PATH=compile|distributed|onnx|parallelism|capstone)
+	@test -n "$(COURSE_PATH)" || { echo "usage: make assignments COURSE_PATH=compile (or distributed, onnx, parallelism, capstone)"; exit 2; }
+	$(BIN)/python tools/assign.py build $(COURSE_PATH) --out $(ASSIGNMENTS_OUT)
+
 map: $(STAMP) ## docs/code_map.md: notebook sections -> helpers -> tests, judges, catalogs, from the code
 	$(BIN)/python tools/code_map.py
 

@@ -37,6 +37,10 @@ Why it is built this way:
   import, so `launch` writes its source (and what it uses from the notebook) to a module in a
   temporary folder and the workers import it from there (`inspect.getsource` reads notebook
   cells too); `launch_source` adds `torch` and `dist` for a reader who did not import them.
+- Graded assignments (tools/assign.py, nbgrader) ask the same judges: `score(key, answer)`
+  gives the fraction of the points (`HIDDEN_ONLY` for an answer that fails only a hidden case)
+  and the first-try verdict, and `grade(key, answer, points)`, an nbgrader test cell's hidden
+  part, the points, which nbgrader reads as the cell's partial score (`POINTS`: per exercise).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import inspect
 import math
 import numbers
 import re
+import string
 import sys
 import textwrap
 import unicodedata
@@ -62,6 +67,10 @@ __all__ = [
     "exercise",
     "check",
     "judge",
+    "score",
+    "grade",
+    "POINTS",
+    "HIDDEN_ONLY",
     "exercises",
     "launch_source",
     "as_int",
@@ -441,6 +450,85 @@ def check(key: str, answer: Any) -> None:
     if not ok and counts:
         _attempts[key] = attempt
     print(verdict(key, ok, message))
+
+
+# --- graded assignments (tools/assign.py: nbgrader test cells) ---------------------------------
+
+#: Points per exercise in a graded assignment, the one place they are decided (tools/assign.py
+#: writes them into each test cell's nbgrader metadata): a coding exercise (the answer is a
+#: function the student writes, whose judge runs hidden cases) is worth 2, any other 1.
+POINTS = {"code": 2, "answer": 1}
+#: The share of an exercise's points that a wrong answer earns when the judge's hint says it
+#: fails "a hidden case": by the judges' convention it then passed the shown case (the judge
+#: runs the prompt's case first), so it is half right. Any other wrong answer earns nothing.
+HIDDEN_ONLY = 0.5
+#: The msgid a hidden case's hint contains (in a judge's own message, or as a value filled in).
+HIDDEN_CASE = N_("a hidden case")
+
+
+def _field_pattern(template: str) -> re.Pattern:
+    """A message template ("a hidden case ({case}): {problem}") as a pattern that finds it in a
+    message made from it, whatever its fields were filled with."""
+    parts = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if name is not None:
+            parts.append(".*?")
+    return re.compile("".join(parts), re.I | re.S)
+
+
+def _hidden_case(message: str) -> bool:
+    """Whether a wrong answer's hint is a hidden case's, in either language: the msgids that
+    contain "a hidden case", as the current language writes them (an untranslated one stays
+    English)."""
+    templates = {HIDDEN_CASE}
+    if current_language() == "zh":
+        from helpers.exercises import i18n
+
+        catalog = i18n._translations()
+        templates |= {catalog[m] for m in catalog if HIDDEN_CASE in m.lower()}
+    return any(_field_pattern(t).search(message) for t in templates)
+
+
+def score(key: str, answer: Any) -> tuple[float, str]:
+    """(fraction of the exercise's points, verdict) for `answer`: 1.0 when the judge says right,
+    HIDDEN_ONLY when its hint says the answer fails only a hidden case, 0.0 otherwise (the
+    untouched starter, any other wrong answer). The verdict is what `check` prints at a first
+    try (the judge's hint, without the `look` and `reveal` steps); nothing is printed, and the
+    hints of `check` do not step on. A judge whose own part could not run
+    (`Hint(counts=False)`: a setup launch that failed) gives no score: RuntimeError, with its
+    message, so that the grader runs it again."""
+    ok, message, counts = _judge(key, answer, 1)
+    if ok:
+        fraction = 1.0
+    elif not counts and message != tr(NOT_STARTED):
+        raise RuntimeError(f"{key}: the check could not run, grade it again: {message}")
+    else:
+        fraction = HIDDEN_ONLY if counts and _hidden_case(message) else 0.0
+    return fraction, verdict(key, ok, message)
+
+
+def grade(key: str, answer: Any, points: float) -> float:
+    """The points `answer` earns out of `points` (`score`): an nbgrader test cell's result.
+
+    nbgrader (`nbgrader autograde`, utils.determine_grade) takes a test cell's result, when it
+    reads as a number between 0 and the cell's points, as the cell's partial score; an error or
+    any stderr output in the cell scores 0, and a cell with no result scores full marks. So this
+    always returns a number (or raises `score`'s RuntimeError: 0, and the autograded notebook
+    shows why) and keeps what the judge and the student's code write (stdout, stderr, warnings)
+    out of the cell: the hint is the visible `check` line above it in the test cell.
+    """
+    import io
+    import warnings
+
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        fraction, _ = score(key, answer)
+    return round(fraction * float(points), 4)
 
 
 # --- several ranks ------------------------------------------------------------------------------
