@@ -77,6 +77,8 @@ __all__ = [
     "called_names",
     "binds",
     "watching",
+    "collective_guard",
+    "COLLECTIVE_NAMESPACES",
     "verdict",
     "wrap",
     "NOT_STARTED",
@@ -532,6 +534,33 @@ def grade(key: str, answer: Any, points: float) -> float:
 
 
 # --- several ranks ------------------------------------------------------------------------------
+
+#: The dispatcher's namespaces of collective and point-to-point ops (`collective_guard`).
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+
+
+def collective_guard(decide: Callable[[str, Any, tuple, dict], str | None]) -> None:
+    """In a worker (a rank a judge launched): push a dispatch mode that sees every collective
+    and point-to-point op, whatever Python called it (torch.distributed's functions, a
+    ProcessGroup's own method, torch.ops.c10d, the functional collectives), and asks
+    `decide("namespace.op", func, args, kwargs)` for each: None lets the op run, a string
+    refuses it (a RuntimeError with that message, which the judge turns into its hint).
+    Wrapping torch.distributed's functions alone misses `_get_default_group().allreduce(...)`.
+    The launcher's teardown runs `c10d.barrier` after the worker returns: `decide` lets it by."""
+    from torch.utils._python_dispatch import TorchDispatchMode, _push_mode
+
+    class CollectiveGuard(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            if func.namespace in COLLECTIVE_NAMESPACES:
+                refused = decide(f"{func.namespace}.{func._opname}", func, args, kwargs)
+                if refused is not None:
+                    raise RuntimeError(refused)
+            return func(*args, **kwargs)
+
+    _push_mode(CollectiveGuard())
 
 
 _PRELUDE = """\

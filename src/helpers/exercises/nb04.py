@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from helpers.exercises import N_, Hint, called_names, exercise, launch_source, tr
+from helpers.exercises import (
+    N_,
+    Hint,
+    called_names,
+    collective_guard,
+    exercise,
+    launch_source,
+    tr,
+)
 
 # 04.1: reduce_scatter on 3 ranks, rank r holds torch.arange(3.) * (r + 1)
 RS_WORLD = 3
@@ -498,34 +506,24 @@ def _watch_04_4(root: int) -> None:
 
 #: 04.4: the dispatcher's collective ops a worker may run: reduce and broadcast (their root is
 #: checked), and the barrier the launcher's teardown runs after the worker returns
-_ALLOWED_OPS_04 = {"reduce_": "dst", "broadcast_": "src", "barrier": None}
-_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+_ALLOWED_OPS_04 = {"c10d.reduce_": "dst", "c10d.broadcast_": "src", "c10d.barrier": None}
 
 
 def _push_dispatch_watch_04(root: int) -> None:
-    """In a worker: a dispatch mode that sees every collective op, whatever Python called it
-    (a ProcessGroup's own method, torch.ops.c10d, the functional collectives), and raises for
-    any but reduce and broadcast, or for those with another root than `root`."""
-    from torch.utils._python_dispatch import TorchDispatchMode, _push_mode
+    """In a worker: every collective op the dispatcher runs, whatever Python called it, raises
+    but reduce and broadcast, and those too when their root is not `root` (`collective_guard`)."""
 
-    class WatchCollectives(TorchDispatchMode):
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            if func.namespace in _COLLECTIVE_NAMESPACES:
-                name = func._opname
-                if name not in _ALLOWED_OPS_04:
-                    raise RuntimeError(f"{_RULE_04} collective {func.namespace}.{name} -")
-                peer = _ALLOWED_OPS_04[name]
-                if peer is not None:
-                    names = [a.name for a in func._schema.arguments]
-                    got = dict(zip(names, args, strict=False)).get("root_rank")
-                    got = (kwargs or {}).get("root_rank", got)
-                    if got != root:
-                        raise RuntimeError(f"{_RULE_04} {name.rstrip('_')} {peer} {got}")
-            return func(*args, **(kwargs or {}))
+    def decide(name: str, func: Any, args: tuple, kwargs: dict) -> str | None:
+        if name not in _ALLOWED_OPS_04:
+            return f"{_RULE_04} collective {name} -"
+        peer = _ALLOWED_OPS_04[name]
+        if peer is None:
+            return None
+        names = [a.name for a in func._schema.arguments]
+        got = kwargs.get("root_rank", dict(zip(names, args, strict=False)).get("root_rank"))
+        return None if got == root else f"{_RULE_04} {func._opname.rstrip('_')} {peer} {got}"
 
-    _push_mode(WatchCollectives())
+    collective_guard(decide)
 
 
 #: 04.4's cases: (what, root, per-rank inputs): the prompt's on 2 ranks with root 1, then a

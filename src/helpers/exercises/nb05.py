@@ -16,7 +16,16 @@ import textwrap
 from typing import Any
 
 from helpers import allreduce as ar
-from helpers.exercises import N_, Hint, as_int, exercise, launch_source, tr, watching
+from helpers.exercises import (
+    N_,
+    Hint,
+    as_int,
+    collective_guard,
+    exercise,
+    launch_source,
+    tr,
+    watching,
+)
 
 # 05.1: the ring's bytes
 NUMEL, ITEMSIZE, WORLD = 1000, 4, 8
@@ -539,27 +548,14 @@ def _watch_p2p(rank: int, world: int, numel: int) -> None:
 #: 05.4: the dispatcher's ops a ring of isend/irecv runs (and the barrier of the launcher's
 #: teardown); any other collective op, reached by whatever Python route, breaks the rule
 _P2P_OPS = {"c10d.send", "c10d.recv_", "c10d.recv_any_source_", "c10d.barrier"}
-_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 
 
 def _push_p2p_dispatch_guard() -> None:
-    """In a worker: a dispatch mode that sees every collective op, whatever Python called it (a
-    ProcessGroup's own method, torch.ops.c10d, the functional collectives), and refuses all but
-    point-to-point sends and receives: wrapping torch.distributed's functions alone misses
-    `_get_default_group().allreduce(...)`."""
-    from torch.utils._python_dispatch import TorchDispatchMode, _push_mode
-
-    class P2POnly(TorchDispatchMode):
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            if func.namespace in _COLLECTIVE_NAMESPACES:
-                name = f"{func.namespace}.{func._opname}"
-                if name not in _P2P_OPS:
-                    raise RuntimeError(f"{_RULE} the collective {name} was called")
-            return func(*args, **(kwargs or {}))
-
-    _push_mode(P2POnly())
+    """In a worker: every collective op but point-to-point sends and receives raises, whatever
+    Python called it (`collective_guard`)."""
+    collective_guard(
+        lambda name, *_: None if name in _P2P_OPS else f"{_RULE} the collective {name} was called"
+    )
 
 
 @exercise(

@@ -21,7 +21,7 @@ from unittest import mock
 import torch
 from torch import nn
 
-from helpers.exercises import N_, Hint, as_int, exercise, tr
+from helpers.exercises import N_, Hint, as_int, collective_guard, exercise, tr
 
 # 07.1: running statistics after two training steps on the same batch
 BATCH = [1.0, 2.0, 3.0, 6.0]
@@ -459,32 +459,20 @@ def _guard_collectives() -> None:
 _ALL_REDUCE_OPS = {"c10d.allreduce_", "_c10d_functional.all_reduce", "_c10d_functional.all_reduce_"}
 _HARMLESS_OPS = {"_c10d_functional.wait_tensor", "_c10d_functional._wrap_tensor_autograd"}
 _HARMLESS_OPS |= {"c10d.barrier"}
-_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 
 
 def _push_dispatch_guard() -> None:
-    """In a worker: a dispatch mode that sees every collective op, whatever Python called it (a
-    ProcessGroup's own method, torch.ops.c10d, the functional collectives), allows one
-    all-reduce and refuses every other collective."""
-    from torch.utils._python_dispatch import TorchDispatchMode, _push_mode
-
+    """In a worker: of the collective ops the dispatcher runs, whatever Python called it, one
+    all-reduce is allowed and every other collective refused (`collective_guard`)."""
     count = [0]
 
-    class GuardCollectives(TorchDispatchMode):
-        def __torch_dispatch__(
-            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            if func.namespace in _COLLECTIVE_NAMESPACES:
-                name = f"{func.namespace}.{func._opname}"
-                if name in _ALL_REDUCE_OPS:
-                    count[0] += 1
-                    if count[0] > 1:
-                        raise RuntimeError(_GUARD + "a second all-reduce")
-                elif name not in _HARMLESS_OPS:
-                    raise RuntimeError(_GUARD + "refused " + name)
-            return func(*args, **(kwargs or {}))
+    def decide(name: str, *_: Any) -> str | None:
+        if name in _ALL_REDUCE_OPS:
+            count[0] += 1
+            return _GUARD + "a second all-reduce" if count[0] > 1 else None
+        return None if name in _HARMLESS_OPS else _GUARD + "refused " + name
 
-    _push_mode(GuardCollectives())
+    collective_guard(decide)
 
 
 _GUARD_PRELUDE = "from helpers.exercises.nb07 import _guard_collectives\n_guard_collectives()\n"
