@@ -125,6 +125,10 @@ test-gpu: $(STAMP) ## on a GPU machine: every notebook (--nbval-lax, NCCL with 2
 unit: $(STAMP) slides-deps widgets-deps ## unit tests only
 	$(BIN)/python -m pytest $(PARALLEL) -q tests
 
+.PHONY: one
+one: $(STAMP) system-deps slides-deps widgets-deps ## one notebook (NB=05): strict nbval of it and its twin, its helpers' tests, its cases of the suite
+	$(BIN)/python tools/one.py "$(NB)" --jobs $(JOBS)
+
 timings: $(STAMP) system-deps slides-deps widgets-deps ## make test, timed: wall and CPU per test file and notebook (_build/timings.md)
 	rm -rf $(TIMINGS)
 	$(BIN)/python -m pytest $(PARALLEL) --nbval -q -p tools.timings --timings-out=$(TIMINGS) \
