@@ -91,6 +91,7 @@ class CoursePath:
     note: dict[int, dict[str, str]] = field(default_factory=dict)
     capstone: bool = False
     description: dict[str, str] = field(default_factory=dict)
+    minutes: int = 0  # the session's length (docs/plans.md plans it minute by minute)
 
 
 @dataclass
@@ -159,6 +160,7 @@ def parse(data: dict, verdicts: dict[str, str] | None = None) -> Course:
             note={int(k): dict(zip(LANGS, v, strict=True)) for k, v in p.get("note", {}).items()},
             capstone=p.get("capstone", False),
             description=_pair(p, "description"),
+            minutes=p.get("minutes", 0),
         )
         for p in data["path"]
     ]
@@ -261,21 +263,41 @@ def _capstone_after(course: Course, path: CoursePath, lang: str) -> str:
     return numbers(req, lang)
 
 
-def paths_sentence(course: Course, lang: str) -> str:
-    """00's one-sentence summary of the course paths."""
-    parts = []
-    for p in course.paths:
-        text = f"{p.short[lang]} {numbers(p.notebooks, lang)}"
-        if p.capstone:
-            after = _capstone_after(course, p, lang)
-            text += f", after {after}" if lang == "en" else f"，接在 {after} 之后"
-        if p.reading:
-            reading = numbers(p.reading, lang)
-            text += f", then {reading} as reading" if lang == "en" else f"，课后阅读 {reading}"
-        parts.append(text)
+def path_heading(course: Course, path: CoursePath, lang: str) -> str:
+    """A course path's name and length ("Parallelism beyond data, 90 minutes"); the capstone's
+    also names the notebooks it comes after."""
+    heading = path.heading[lang]
+    if path.capstone:
+        after = _capstone_after(course, path, lang)
+        heading += f", after {after}" if lang == "en" else f"，接在 {after} 之后"
+    return heading
+
+
+def path_line(course: Course, path: CoursePath, lang: str) -> str:
+    """The one text that describes a course path wherever the paths are listed (00's table,
+    docs/plans.md, docs/teaching.md, the READMEs; the book's index has the same words around the
+    notebooks' links): its heading, its notebooks, the reading after it, what it teaches."""
+    nbs = numbers(path.notebooks, lang)
     if lang == "en":
-        return "Course paths: " + "; ".join(parts) + "."
-    return "课程路径：" + "；".join(parts) + "。"
+        reading = f", then {numbers(path.reading, 'en')} as reading" if path.reading else ""
+        return f"**{path_heading(course, path, 'en')}**: {nbs}{reading}. {path.description['en']}"
+    reading = f"，课后阅读 {numbers(path.reading, 'zh')}" if path.reading else ""
+    return f"**{path_heading(course, path, 'zh')}**：{nbs}{reading}。{path.description['zh']}"
+
+
+def paths_sentence(course: Course, lang: str) -> str:
+    """00's list of the course paths, one `path_line` each."""
+    lead = "Course paths:" if lang == "en" else "课程路径："
+    items = [path_line(course, p, lang) for p in course.paths]
+    if lang == "en":
+        items = [
+            textwrap.fill(x, WIDTH, initial_indent="- ", subsequent_indent="  ",
+                          break_long_words=False, break_on_hyphens=False)
+            for x in items
+        ]  # fmt: skip
+    else:
+        items = [f"- {x}" for x in items]
+    return "\n".join([lead, "", *items])
 
 
 def _fill(text: str) -> str:
@@ -287,8 +309,8 @@ def orientation_block(course: Course, lang: str) -> str:
     rows = [TABLE_HEAD["orientation"][lang], "|---|---|---|"]
     for nb in sorted(course.notebooks.values(), key=lambda n: n.number):
         rows.append(f"| {nn(nb.number)} | {nb.title[lang]} | {nb.summary[lang]} |")
-    prose = paths_sentence(course, lang) + (" " if lang == "en" else "") + builds_on(course, lang)
-    return "\n".join(rows) + "\n\n" + (_fill(prose) if lang == "en" else prose)
+    prose = _fill(builds_on(course, lang)) if lang == "en" else builds_on(course, lang)
+    return "\n".join(rows) + "\n\n" + paths_sentence(course, lang) + "\n\n" + prose
 
 
 def readme_block(course: Course, lang: str, files: dict[int, Path]) -> str:
@@ -308,15 +330,8 @@ def paths_block(course: Course, lang: str, files: dict[int, Path]) -> str:
     """The book index's course paths: one bold heading and a line per notebook each."""
     paragraphs = []
     for p in course.paths:
-        if p.capstone:
-            after = _capstone_after(course, p, lang)
-            heading = (
-                f"**The capstone, after {after}.**"
-                if lang == "en"
-                else f"**收官篇，接在 {after} 之后**。"
-            )
-        else:
-            heading = f"**{p.heading[lang]}.**" if lang == "en" else f"**{p.heading[lang]}**。"
+        heading = path_heading(course, p, lang)
+        heading = f"**{heading}.**" if lang == "en" else f"**{heading}**。"
         links = []
         for n in p.notebooks:
             note = p.note.get(n, {}).get(lang)
@@ -325,18 +340,11 @@ def paths_block(course: Course, lang: str, files: dict[int, Path]) -> str:
                 link += f" ({note})" if lang == "en" else f"（{note}）"
             links.append(link)
         stop = "." if lang == "en" else "。"
-        if p.description[lang]:
-            colon = ":" if lang == "en" else "："
-            described = p.description[lang] + stop
-            lines = [
-                *links[:-1],
-                links[-1] + colon,
-                _fill(described) if lang == "en" else described,
-            ]
-        else:
-            # " ·" between links; in Chinese no space after a closing （）
-            lines = [link + ("·" if link[-1] in _CJK_PUNCT else " ·") for link in links[:-1]]
-            lines.append(links[-1] + stop)
+        # " ·" between links; in Chinese no space after a closing ）
+        lines = [link + ("·" if link[-1] in _CJK_PUNCT else " ·") for link in links[:-1]]
+        lines.append(links[-1] + stop)
+        if p.description[lang]:  # what the path teaches: the end of its `path_line`
+            lines.append(_fill(p.description[lang]) if lang == "en" else p.description[lang])
         if p.reading:
             sep = "," if lang == "en" else "、"
             reading = [_link(course, n, lang, files) for n in p.reading]
