@@ -23,7 +23,8 @@ SOLUTIONS = {"12.1": "board::blend(Tensor a, Tensor b, float alpha) -> Tensor"}
 # The check compares the result's shape, dtype and device with those of the fake kernel that
 # build() registers for upsample_backward, called on the same FakeTensor; each case's
 # grad_output is shaped as the board's NumPy reference upsamples an (N, C, in_h, in_w) input.
-# The hidden cases have other N, C, H, W, scales (4, 1) and dtypes (float32, bfloat16).
+# The hidden cases have other N, C, H, W, scales (4, 1) and the other dtype the C++ kernel takes
+# (float32; its check_4d_float refuses any but float32 and float64, and so may a fake kernel).
 def upsample_backward_fake(grad_output, in_h, in_w, scale, mode):
     n, c = grad_output.shape[:2]
     return grad_output.new_empty(n, c, in_h, in_w)
@@ -73,6 +74,61 @@ def _divided_fake(grad_output, in_h, in_w, scale, mode):
     return grad_output.new_empty(n, c, h // 3, w // 3)
 
 
+def _extra_dim_fake(grad_output, in_h, in_w, scale, mode):
+    """Right on the shown case, a trailing dimension of 1 elsewhere (R40L-12-2)."""
+    n, c = grad_output.shape[:2]
+    extra = () if (in_h, in_w) == (4, 5) else (1,)
+    return grad_output.new_empty(n, c, in_h, in_w, *extra)
+
+
+def _judge_frame_fake(grad_output, in_h, in_w, scale, mode):
+    """R40L-14-5: the truth read from the judge's frame; the judge now computes each truth only
+    after every answer is in (a KeyError here)."""
+    import sys
+
+    return sys._getframe(1).f_locals["truth"]
+
+
+def _pre_started_game():
+    # R40L-14-7's game on 12.2: board_op's kernel asked in a thread started before the check
+    # (here, at import), which the profiler does not watch; the kernel's code is swapped for a
+    # recorder while the reader's function runs
+    import queue
+    import threading
+
+    from helpers import board_op
+
+    jobs, answers = queue.Queue(), queue.Queue()
+
+    def worker():
+        while True:
+            args = jobs.get()
+            answers.put(board_op._upsample_backward_fake(*args))
+
+    threading.Thread(target=worker, daemon=True).start()
+
+    def ask(grad_output, in_h, in_w, scale, mode):
+        jobs.put((grad_output, in_h, in_w, scale, mode))
+        return answers.get()
+
+    return ask
+
+
+_pre_started_fake = _pre_started_game()
+
+
+def _fork_fake(grad_output, in_h, in_w, scale, mode):
+    """A child process asked for the sizes (never reached: the fork's call is refused)."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    n, c = grad_output.shape[:2]
+    return grad_output.new_empty(n, c, in_h, in_w)
+
+
 WRONG = {
     "12.1": [
         ("board::blend(Tensor a, Tensor b, double alpha) -> Tensor", "float"),
@@ -94,7 +150,7 @@ WRONG = {
         ("board::blend(Tensor a, Tensor b, float alpha) -> Tensor out", "named return"),
     ],
     "12.2": [
-        (lambda g, in_h, in_w, scale, mode: g.new_empty(g.shape), "grad_output's shape"),
+        (lambda g, in_h, in_w, scale, mode: g.new_empty(g.shape), "gradient of which tensor"),
         (lambda g, in_h, in_w, scale, mode: g.new_empty(in_h, in_w), "keep N and C"),
         (
             lambda g, in_h, in_w, scale, mode: torch.empty(g.shape[0], g.shape[1], in_h, in_w),
@@ -115,6 +171,10 @@ WRONG = {
         (_unwatched_fake, "switches off the check's watch"),
         (_by_heart_fake, "a hidden case"),
         (_divided_fake, "a hidden case"),
+        (_extra_dim_fake, "has 5 dimensions"),
+        (_judge_frame_fake, "your code raised"),
+        (_pre_started_fake, "board_op's own"),
+        (_fork_fake, "starts a process"),
     ],
     "12.3": [
         ([], "halfway"),

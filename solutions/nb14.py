@@ -41,23 +41,29 @@ PROFILE_ALLREDUCES = 108
 
 # 14.4 Dynamo's first-frame rule. convert_frame decides a frame Dynamo meets while it traces
 # nothing with trace_rules.check(frame.f_code, frame=frame): on the frame's CODE OBJECT (for a
-# module without hooks the frame changes nothing; the default config). check_verbose ->
-# lookup_inner -> _lookup_inner then has no function object, only the code's name and file:
+# module without hooks the frame changes nothing; the default config). check_verbose first
+# skips typing.cast's own code ("typing.cast is a no-op, skip at top level": the code object
+# itself, before the table); then lookup_inner -> _lookup_inner has no function object, only
+# the code's name and file:
 # (1) the table of single functions (`get_torch_obj_rule_map()`) looked up by the string
 # "<file>#<name>" (a resumed frame by "<file>#torch_dynamo_resume_in"): only the `forward`s of
 # a few files of torch/testing/_internal have such keys, all traced. The table's entries by
-# object (F.relu: traced; DeviceMesh.__init__: skipped) decide for an inlined call and for the
-# wrapper torch.compile(fn) puts around fn (eval_frame.py), never for a frame: F.relu's frame is
-# skipped (torch/nn is on MOD_SKIPLIST), DeviceMesh.__init__'s traced (LEGACY_MOD_INLINELIST).
+# object (F.relu: in graph, not skipped; DeviceMesh.__init__: skipped) decide for an inlined
+# call and for the wrapper torch.compile(fn) puts around fn (eval_frame.py), never for a frame:
+# F.relu's frame is skipped (torch/nn is on MOD_SKIPLIST), DeviceMesh.__init__'s traced
+# (LEGACY_MOD_INLINELIST).
 # (2) a name rule: a top-level `__getattr__` is skipped. (3) check_file on the code's file, the
 # wrapper's for a decorated function (SGD.zero_grad: _disable_dynamo's `inner` in
 # torch/_compile.py, skipped; DDP.no_sync: contextlib's `helper`, on no list, traced), asked as
-# a first frame: FORCE_SKIP_FILES (lr_scheduler.py), LEGACY_MOD_INLINELIST's directories (not
-# skipped), SKIP_DIRS (abc, copy, importlib, random, re, linecache of the standard library, the
-# third-party skips): skipped, then MOD_SKIPLIST's directories (a module name as a path prefix:
-# "torch._compile" -> .../torch/_compile, which torch/_compile.py starts with): skipped; else
-# traced. MOD_INLINELIST (torch.nn, torch.distributed are on it) is asked only for an inlined
-# call, so it plays no part here.
+# a first frame, in its order: FORCE_SKIP_FILES (lr_scheduler.py, the whole name): skipped;
+# LEGACY_MOD_INLINELIST's entries: not skipped; the standard library's unittest directory
+# (config.enable_trace_unittest is False by default): skipped; SKIP_DIRS (abc.py, copy.py,
+# importlib/, random.py, re/, linecache.py of the standard library, the third-party skips, as
+# one regex): skipped; then MOD_SKIPLIST's entries: skipped; else traced. The lists' entries
+# are compared as the START of the file name ("torch._compile" -> .../torch/_compile, which
+# torch/_compile.py starts with, and so does torch/_compilex.py); an entry that names a file
+# (copy.py, lr_scheduler.py) holds only that file. MOD_INLINELIST (torch.nn, torch.distributed
+# are on it) is asked only for an inlined call, so it plays no part here.
 def _frame_rule(code):
     """The table's entry for a frame of `code` (by "<file>#<name>"), or None."""
     from torch._dynamo import trace_rules
@@ -69,10 +75,16 @@ def _frame_rule(code):
 
 def first_frame_skipped(fn):
     """True when Dynamo's trace rules skip a frame of `fn` as the first frame of a compile."""
+    import typing
+    import unittest
+
+    import torch
     from torch._dynamo import trace_rules
     from torch._dynamo.variables import SkipFunctionVariable
 
     code = fn.__code__  # the code that runs: for a decorated function, its wrapper's
+    if code is typing.cast.__code__:
+        return True
     rule = _frame_rule(code)
     if rule is not None:
         return rule is SkipFunctionVariable
@@ -83,6 +95,9 @@ def first_frame_skipped(fn):
         return True
     if any(path.startswith(d) for d in trace_rules.get_legacy_mod_inlinelist()):
         return False
+    unittest_dir = trace_rules._module_dir(unittest)
+    if path.startswith(unittest_dir) and not torch._dynamo.config.enable_trace_unittest:
+        return True
     if trace_rules.SKIP_DIRS_RE.match(path):
         return True
     return any(path.startswith(d) for d in trace_rules.get_mod_skiplist())
@@ -149,7 +164,9 @@ def _alias(layer_bytes, bucket_cap, first_bucket_cap):
     return sorted(sorted(n - 1 - i for i in g) for g in idx)
 
 
-def _file_rules(path, inline_first=False, legacy=True, skip_dirs=True, force=True):
+def _file_rules(path, inline_first=False, legacy=True, skip_dirs=True, force=True, unit=True):
+    import unittest
+
     from torch._dynamo import trace_rules
 
     if force and path in trace_rules.FORCE_SKIP_FILES:
@@ -158,6 +175,8 @@ def _file_rules(path, inline_first=False, legacy=True, skip_dirs=True, force=Tru
         return False
     if inline_first and any(path.startswith(d) for d in trace_rules.get_mod_inlinelist()):
         return False
+    if unit and path.startswith(trace_rules._module_dir(unittest)):
+        return True
     if skip_dirs and trace_rules.SKIP_DIRS_RE.match(path):
         return True
     return any(path.startswith(d) for d in trace_rules.get_mod_skiplist())
@@ -193,10 +212,14 @@ def _ff_skiplist_only(fn):
     return _file_rules(fn.__code__.co_filename, legacy=False, skip_dirs=False, force=False)
 
 
-def _frame_rules(fn, **file_rules):
-    # the table by "<file>#<name>" and the name rule, then the rules for files as given
+def _frame_rules(fn, cast=True, **file_rules):
+    # typing.cast's code, the table by "<file>#<name>" and the name rule, then the rules for files
+    import typing
+
     from torch._dynamo.variables import SkipFunctionVariable
 
+    if cast and fn.__code__ is typing.cast.__code__:
+        return True
     rule = _frame_rule(fn.__code__)
     if rule is not None:
         return rule is SkipFunctionVariable
@@ -222,12 +245,57 @@ def _ff_by_object(fn):
 
 def _ff_no_name_rule(fn):
     # the table and the rules for files, without the rule for a top-level __getattr__
+    import typing
+
     from torch._dynamo.variables import SkipFunctionVariable
 
+    if fn.__code__ is typing.cast.__code__:
+        return True
     rule = _frame_rule(fn.__code__)
     if rule is not None:
         return rule is SkipFunctionVariable
     return _file_rules(fn.__code__.co_filename)
+
+
+def _ff_no_cast(fn):
+    # the worked solution of R39, without check_verbose's typing.cast rule (R40S-14-4)
+    return _frame_rules(fn, cast=False)
+
+
+def _ff_no_unittest(fn):
+    # ... and without check_file's unittest rule (R40S-14-4)
+    return _frame_rules(fn, unit=False)
+
+
+def _ff_whole_names(fn):
+    # the lists' entries taken as module names (an entry or a directory below it), not as the
+    # start of a string: torch/nnx_1.py is then not under torch/nn (R40S-14-1)
+    import typing
+    import unittest
+
+    from torch._dynamo import trace_rules
+
+    if fn.__code__ is typing.cast.__code__:
+        return True
+    rule = _frame_rule(fn.__code__)
+    if rule is not None:
+        return rule is not None and rule.__name__ == "SkipFunctionVariable"
+    if fn.__code__.co_name == "__getattr__":
+        return True
+    path = trace_rules._as_posix_path(fn.__code__.co_filename)
+
+    def under(entry):
+        return path.startswith(entry.rstrip("/") + "/") or path == entry + ".py" or path == entry
+
+    if path in trace_rules.FORCE_SKIP_FILES:
+        return True
+    if any(under(d) for d in trace_rules.get_legacy_mod_inlinelist()):
+        return False
+    if path.startswith(trace_rules._module_dir(unittest)):
+        return True
+    if trace_rules.SKIP_DIRS_RE.match(path):
+        return True
+    return any(under(d) for d in trace_rules.get_mod_skiplist())
 
 
 def _ff_by_module(fn):
@@ -346,6 +414,110 @@ def _ff_table_game():
 _ff_table, _ff_table_lenient = _ff_table_game()
 
 
+def _ff_place_table_game():
+    # R40S-14-1 / R40L-14-9: a table made at cell level from two calls of the case builder,
+    # looked up by code, by (file, name), by file, then by directory: the fresh cases' places
+    # are drawn at each call, and their pairs share a directory and differ, so it misses some
+    import os
+
+    from torch._dynamo import trace_rules
+
+    from helpers.exercises.nb14 import first_frame_cases
+
+    by_code, by_place, by_file, by_dir = {}, {}, {}, {}
+    for _ in range(2):
+        for _, f, _ in first_frame_cases():
+            c = f.__code__
+            truth = trace_rules.check(c)
+            by_code[c] = by_place[(c.co_filename, c.co_name)] = truth
+            by_file[c.co_filename] = by_dir[os.path.dirname(c.co_filename)] = truth
+
+    def lookup(fn):
+        c = fn.__code__
+        for table, key in (
+            (by_code, c),
+            (by_place, (c.co_filename, c.co_name)),
+            (by_file, c.co_filename),
+            (by_dir, os.path.dirname(c.co_filename)),
+        ):
+            if key in table:
+                return table[key]
+        return False
+
+    return lookup
+
+
+_ff_place_table = _ff_place_table_game()
+
+
+def _ff_judge_frame(fn):
+    # R40L-14-5: the truth read from the judge's frame while the reader's code runs; the judge
+    # now asks each truth only after every answer is in (a KeyError here)
+    import sys
+
+    return sys._getframe(1).f_locals["truth"]
+
+
+class bool_:  # noqa: N801 - named as numpy's, which the judge once accepted by name
+    # R40L-14-6: a lazy "bool" whose truth value asks Dynamo after the watch has ended
+    def __init__(self, code):
+        self.code = code
+
+    def __bool__(self):
+        from torch._dynamo import trace_rules
+
+        return trace_rules.check(self.code)
+
+
+def _ff_lazy_bool(fn):
+    return bool_(fn.__code__)
+
+
+def _ff_pre_started_game():
+    # R40S-14-2 / R40L-14-7: a thread started before the check (here, at import), which the
+    # profiler does not watch, asked through a queue; the deciders' code is swapped for a
+    # recorder while the reader's function runs, and the function objects are shared
+    import queue
+    import threading
+
+    from torch._dynamo import trace_rules
+
+    jobs, answers = queue.Queue(), queue.Queue()
+
+    def worker():
+        while True:
+            code = jobs.get()
+            answers.put(trace_rules.check(code))
+
+    threading.Thread(target=worker, daemon=True).start()
+
+    def ask(fn):
+        jobs.put(fn.__code__)
+        return answers.get()
+
+    return ask
+
+
+_ff_pre_started = _ff_pre_started_game()
+
+
+def _ff_fork(fn):
+    # R40L-14-8: a child process asks Dynamo and writes one byte back
+    import os
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child (never reached: the judge refuses the fork's call first)
+        from torch._dynamo import trace_rules
+
+        os.write(write, b"1" if trace_rules.check(fn.__code__) else b"0")
+        os._exit(0)
+    os.close(write)
+    out = os.read(read, 1)
+    os.waitpid(pid, 0)
+    return out == b"1"
+
+
 def _ff_raises(fn):
     return fn.__code__.co_path
 
@@ -391,7 +563,15 @@ WRONG = {
         (_ff_unwatched, "do not ask"),
         (_ff_in_thread, "do not ask"),
         (_ff_table, "your code raised"),
-        (_ff_table_lenient, "not Dynamo's"),
+        (_ff_table_lenient, "not the trace rules'"),
+        (_ff_place_table, "a hidden case"),
+        (_ff_judge_frame, "your code raised"),
+        (_ff_lazy_bool, "return True"),
+        (_ff_pre_started, "do not ask"),
+        (_ff_fork, "starts a process"),
+        (_ff_no_cast, "before it asks the table"),
+        (_ff_no_unittest, "a test of its own"),
+        (_ff_whole_names, "the start of a string"),
         (_ff_raises, "your code raised"),
         (_ff_says_yes, "return True"),
         (lambda: True, "takes one argument"),

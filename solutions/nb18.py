@@ -23,22 +23,24 @@ SOLUTIONS: dict = {"18.1": {"atan", "asinh", "silu"}}
 SOLUTIONS["18.2"] = ({"AutocastCPU"}, "version")
 
 
-# 18.3 Where x > 0, atan2(y, x) = atan(y / x), and section 5's formula gives
+# 18.3 A reading exercise: read first, derive to check. derivatives.yaml's atan2 entry
+# (torchgen/packaged/autograd/derivatives.yaml) computes the backward in the C++
+# atan2_backward(grad, self, other, grad_input_mask) (FunctionsManual.h), and its forward-mode
+#   result: (-self_p * other_t + other_p * self_t) / (self_p.pow(2) + other_p.pow(2))
+# holds the two partials: self_p and other_p are the inputs' values (y and x), self_t and
+# other_t their tangents, so the coefficient of self_t is x / r2 and that of other_t -y / r2,
+# with r2 = x**2 + y**2. The backward is each partial times the incoming grad, in (y, x) order.
+# The check: where x > 0, atan2(y, x) = atan(y / x), and section 5's formula gives
 # d atan(u) / du = 1 / (1 + u**2). The chain rule through u = y / x:
 #   d/dy = 1 / (1 + (y/x)**2) * (1 / x)      = x / (x**2 + y**2)
 #   d/dx = 1 / (1 + (y/x)**2) * (-y / x**2)  = -y / (x**2 + y**2)
 # Where x < 0, atan2 differs from atan(y / x) by a constant (+-pi), so the derivatives are the
 # same; at x = 0 (y != 0) atan(y / x) is undefined but atan2 is smooth, and the simplified form
 # (which divides only by x**2 + y**2, zero at the origin alone) holds there too: the unsimplified
-# one gives nan (the hidden case with x = 0). The backward multiplies by the incoming grad.
-# On the branch cut (y = 0, x < 0) atan2 jumps by 2 pi and has no derivative in y; torch returns
-# the same expression there (the hidden case y = 0, x = -1).
-# Then compare: derivatives.yaml's atan2 entry computes the backward in the C++
-# atan2_backward(grad, self, other, grad_input_mask) (FunctionsManual.h), and its forward-mode
-#   result: (-self_p * other_t + other_p * self_t) / (self_p.pow(2) + other_p.pow(2))
-# holds the same partials: the coefficient of self_t (y's tangent) is x / r2, of other_t -y / r2.
-# The prompt says so: reading torch's source is this collection's method, and the file gives a
-# JVP, which the reader still turns into the backward (each partial times grad, in y, x order).
+# one gives nan (the hidden case with x = 0). On the branch cut (y = 0, x < 0) atan2 jumps by
+# 2 pi and has no derivative in y; torch returns the same expression there (the hidden case
+# y = 0, x = -1). (torch's C++ forms (y*y + x*x).reciprocal() and multiplies by it: the same
+# values on the cases, to the last bit here; it overflows sooner near the origin.)
 def atan2_backward(y, x, grad):
     r2 = x * x + y * y
     return grad * x / r2, -grad * y / r2
@@ -212,6 +214,54 @@ def _in_place(y, x, grad):
     return grad * x2 / r2, -grad * y2 / r2
 
 
+def _judge_frame(y, x, grad):
+    """R40L-14-5 on 18.3: the truth read from the judge's frame; each truth is now computed only
+    after every answer is in (a KeyError here)."""
+    import sys
+
+    return sys._getframe(1).f_locals["truth"]
+
+
+def _pre_started_game():
+    # R40L-14-7 on 18.3: autograd asked in a thread started before the check (here, at import),
+    # where neither the profiler nor the thread-local dispatch mode is in play; torch.autograd's
+    # Python entry points are swapped for a recorder while the reader's function runs
+    import queue
+    import threading
+
+    import torch
+
+    jobs, answers = queue.Queue(), queue.Queue()
+
+    def worker():
+        while True:
+            y, x, grad = jobs.get()
+            yl, xl = y.detach().requires_grad_(), x.detach().requires_grad_()
+            answers.put(torch.autograd.grad(torch.atan2(yl, xl), (yl, xl), grad))
+
+    threading.Thread(target=worker, daemon=True).start()
+
+    def ask(y, x, grad):
+        jobs.put((y.clone(), x.clone(), grad.clone()))
+        return answers.get()
+
+    return ask
+
+
+_pre_started = _pre_started_game()
+
+
+def _fork(y, x, grad):
+    """A child process asked (never reached: the fork's call is refused)."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return atan2_backward(y, x, grad)
+
+
 WRONG = {
     "18.1": [
         ({"atan"}, "also delegate"),
@@ -243,7 +293,7 @@ WRONG = {
             "sign of grad_y",
         ),
         (lambda y, x, grad: (grad / (1 + y * y), grad / (1 + x * x)), "derivative of y / x"),
-        (lambda y, x, grad: (grad * x, grad * y), "differs from yours in grad_y and grad_x"),
+        (lambda y, x, grad: (grad * x, grad * y), "which coefficient of the `result:` line"),
         (lambda y, x, grad: grad / (x * x + y * y), "a pair"),
         (lambda y, x, grad: (3.0, 4.0), "two tensors"),
         (5, "atan2_backward(y, x, grad)"),
@@ -262,5 +312,8 @@ WRONG = {
         (_by_heart, "a hidden case"),
         (_float64_denominator, "a hidden case"),
         (_unsimplified, "divide by x"),
+        (_judge_frame, "your code raised"),
+        (_pre_started, "asks torch for a derivative"),
+        (_fork, "starts a process"),
     ],
 }

@@ -31,7 +31,12 @@ Why it is built this way:
 - Answers that are functions are called by the judge, and whatever they raise becomes a hint
   naming the exception (a student's bug is feedback, not a crashed cell). A coding exercise's
   judge also runs hidden cases (other sizes, uneven splits, another world size), so a function
-  that returns the prompt's case by heart fails with "a hidden case".
+  that returns the prompt's case by heart fails with "a hidden case". The judges of 12.2, 13.2,
+  14.1, 14.4 and 18.3 run the reader's function on every case first and compute the truths only
+  after (`run_answer` names the case an error came from), so that no truth lies in a judge's
+  frame while the reader's code runs. The refusals (`watching`) are the exercise's rules, and
+  worded as such: an in-process check cannot see a process or a thread of the reader's own code
+  started before it, nor a judge module patched in the kernel.
 - Exercises that need several ranks run the reader's function through `launch` like the rest of
   the notebook. A function typed in a notebook lives in `__main__`, which spawned workers cannot
   import, so `launch` writes its source (and what it uses from the notebook) to a module in a
@@ -76,7 +81,10 @@ __all__ = [
     "as_int",
     "called_names",
     "binds",
+    "run_answer",
     "watching",
+    "STARTED_PROCESS",
+    "started_process",
     "collective_guard",
     "COLLECTIVE_NAMESPACES",
     "verdict",
@@ -239,10 +247,11 @@ def _untouched(answer: Any) -> bool:
     return False
 
 
-def called_names(fn: Any) -> set[str]:
-    """The names a function's source calls (`f(...)` -> "f", `x.f(...)` -> "f"); empty when its
-    source cannot be read. For a judge's first, static refusal of a library call; the run-time
-    refusal (a watch on the library's code objects) catches aliases this cannot see."""
+def called_names(fn: Any, referenced: frozenset[str] | set[str] = frozenset()) -> set[str]:
+    """The names a function's source calls (`f(...)` -> "f", `x.f(...)` -> "f"), and those of
+    `referenced` it names at all (`cls = DDPOptimizer`); empty when its source cannot be read. For
+    a judge's first, static refusal of a library call; the run-time refusal (a watch on the
+    library's code objects) catches aliases this cannot see."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
@@ -252,6 +261,8 @@ def called_names(fn: Any) -> set[str]:
         if isinstance(node, ast.Call):
             f = node.func
             names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+        elif isinstance(node, ast.Name) and node.id in referenced:
+            names.add(node.id)
     return names
 
 
@@ -267,6 +278,81 @@ def binds(fn: Any, args: tuple) -> bool:
     return True
 
 
+def run_answer(where: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)`, the reader's function on one case; whatever it raises (but a judge's own
+    `Hint`, such as a dispatch mode's refusal) becomes the hint "{where}: your code raised
+    {error}", naming the case."""
+    try:
+        return fn(*args)
+    except Hint:
+        raise
+    except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
+        raise Hint(
+            tr("{where}: your code raised {error}", where=where, error=f"{type(e).__name__}: {e}")
+        ) from None
+
+
+#: How `watching(..., processes=True)` records a C call that starts a process (a fork, a spawn,
+#: a shell), before the function's name: what runs there, the check cannot see.
+STARTED_PROCESS = "process: "
+#: The message a judge gives for it (one msgid for every judge).
+PROCESS_REFUSAL = N_(
+    "your function starts a process ({call}), where the check cannot see what runs: compute the "
+    "answer in your function itself"
+)
+
+
+def _process_starts() -> set[int]:
+    """The ids of the C functions that start a process: os.fork and its kin, the spawns, the
+    shell, and subprocess's and multiprocessing's `_posixsubprocess.fork_exec`."""
+    import os
+
+    found = [getattr(os, n, None) for n in ("fork", "forkpty", "posix_spawn", "posix_spawnp",
+                                            "system", "spawnv", "spawnve")]  # fmt: skip
+    try:
+        import _posixsubprocess
+
+        found.append(_posixsubprocess.fork_exec)
+    except ImportError:  # not on POSIX
+        pass
+    return {id(f) for f in found if f is not None}
+
+
+_GATE = "the gate"  # the constant of `_RECORDER`'s code that `_gated` replaces by the recorder
+_RECORDER = compile(
+    f"def recorder(*args, **kwargs):\n    gate = {_GATE!r}\n    return gate(args, kwargs)\n",
+    "<watching>",
+    "exec",
+).co_consts[0]
+
+
+def _gated(fn: Any, hits: list) -> tuple[Any, Any]:
+    """(the code `fn` runs now, a code for it that records its name in `hits`, from any thread,
+    then runs the saved code): what `watching(swap=...)` puts in `fn.__code__` for the block."""
+    import types
+
+    saved = fn.__code__
+    if saved.co_freevars:
+        raise ValueError(f"watching(swap=...): {fn.__qualname__} is a closure, its code stays")
+    original = types.FunctionType(saved, fn.__globals__, fn.__name__, fn.__defaults__)
+    original.__kwdefaults__ = fn.__kwdefaults__
+    name = saved.co_name
+
+    def record(args: tuple, kwargs: dict) -> Any:
+        hits.append(name)
+        return original(*args, **kwargs)
+
+    consts = tuple(record if c == _GATE else c for c in _RECORDER.co_consts)
+    # the saved code's name, file and first line: `inspect.getsource` still reads its source
+    return saved, _RECORDER.replace(
+        co_consts=consts,
+        co_name=saved.co_name,
+        co_qualname=saved.co_qualname,
+        co_filename=saved.co_filename,
+        co_firstlineno=saved.co_firstlineno,
+    )
+
+
 @contextlib.contextmanager
 def watching(
     codes: set,
@@ -274,6 +360,8 @@ def watching(
     same_code: bool = False,
     bound: tuple = (),
     holds: Callable[[], str | None] | None = None,
+    swap: Sequence[Callable[..., Any]] = (),
+    processes: bool = False,
 ) -> Iterator[list]:
     """Record, while the block runs, every call of a Python function whose code object is in
     `codes` (its name) or of a builtin whose id is in `builtins`. At run time (`sys.setprofile`,
@@ -282,15 +370,27 @@ def watching(
     of the library call its exercise replaces.
 
     `same_code`: a copy of a watched function (its source compiled again, its code replaced)
-    counts too: a called code with the same bytecode, names and constants (for large functions
-    only: a short one can be the reader's own right answer, written the same way). `bound`:
-    objects whose C methods count when called (a bound method is built afresh at each access, so
-    its id cannot be watched). `holds`: asked after each C call returns and once more at the end;
-    a name it returns is recorded (a judge's state that must stay, such as a dispatch mode on its
-    stack).
-    Switching the watch off (`sys.setprofile` or `threading.setprofile` called in the block, or
-    another profiler left in place at its end) is recorded as "sys.setprofile", whatever the
-    judge watches."""
+    counts too: a called code with the same bytecode, names and constants. Every watched code is
+    fingerprinted, so a judge passes it only where the watched functions are large: a short one
+    can be the reader's own right answer, written the same way. A copy edited by one statement
+    has another fingerprint: this refuses a verbatim copy only. `bound`: objects whose C methods
+    count when called (a bound method is built afresh at each access, so its id cannot be
+    watched). `holds`: asked after each C call returns and once more at the end; a name it
+    returns is recorded (a judge's state that must stay, such as a dispatch mode on its stack).
+    `swap`: plain functions (no closure) whose `__code__` is replaced for the block by one that
+    records the function's name and then runs it as before: the function object is shared by
+    every thread, so a call from a thread that was running before the block (which the profiler
+    does not see) is recorded too; the code is put back at the end. `processes`: a C call that
+    starts a process (`os.fork`, a spawn, `os.system`, subprocess) is recorded as
+    `STARTED_PROCESS` and its name (`started_process` raises the hint for it).
+    Switching the watch off (`sys.setprofile` or `threading.setprofile` called in the block,
+    another profiler left in place at its end, or a swapped function's code replaced) is
+    recorded as "sys.setprofile", whatever the judge watches.
+
+    What no in-process watch sees: a process started before the block, or a thread started
+    before it that runs code of its own rather than a swapped function (a copy of the library,
+    function objects made beforehand from its code objects), and a judge module patched in the
+    kernel."""
     import threading
 
     hits: list = []
@@ -309,6 +409,8 @@ def watching(
     switches = {threading.setprofile.__code__}
     switches |= {f.__code__ for f in [getattr(threading, "setprofile_all_threads", None)] if f}
     off = {id(sys.setprofile), *(id(f) for f in [getattr(sys, "_setprofileallthreads", None)] if f)}
+    starts = _process_starts() if processes else set()
+    gates = [(fn, *_gated(fn, hits)) for fn in swap]
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if not active:
@@ -326,6 +428,8 @@ def watching(
                 hits.append(getattr(arg, "__name__", "?"))
             elif id(arg) in off:
                 hits.append("sys.setprofile")
+            elif id(arg) in starts:
+                hits.append(STARTED_PROCESS + getattr(arg, "__name__", "?"))
             elif bound and any(getattr(arg, "__self__", None) is b for b in bound):
                 hits.append(getattr(arg, "__name__", "?"))
         elif event == "c_return" and holds is not None:
@@ -335,10 +439,16 @@ def watching(
 
     threading.setprofile(profile)  # before the watch starts: not a call it records
     sys.setprofile(profile)
+    for fn, _, gated in gates:
+        fn.__code__ = gated
     try:
         yield hits
     finally:
         active = False
+        for fn, saved, gated in gates:
+            if fn.__code__ is not gated:
+                hits.append("sys.setprofile")
+            fn.__code__ = saved
         if sys.getprofile() is not profile:
             hits.append("sys.setprofile")
         lost = holds() if holds is not None else None
@@ -346,6 +456,13 @@ def watching(
             hits.append(lost)
         sys.setprofile(previous)
         threading.setprofile(previous_threads)
+
+
+def started_process(hits: Sequence[str]) -> None:
+    """Raise the hint for a process started in a watched block (`watching(processes=True)`)."""
+    for hit in hits:
+        if hit.startswith(STARTED_PROCESS):
+            raise Hint(tr(PROCESS_REFUSAL, call=hit.removeprefix(STARTED_PROCESS) + "()"))
 
 
 #: The steps' labels (msgids).

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.utils._python_dispatch
 
-from helpers.exercises import N_, Hint, as_int, exercise, tr, watching
+from helpers.exercises import N_, Hint, as_int, exercise, started_process, tr, watching
 
 #: What exercise 12.1's schema must declare: (name, type) of each argument, and the returns.
 BLEND_ARGS = [("a", "Tensor"), ("b", "Tensor"), ("alpha", "float")]
@@ -204,9 +204,10 @@ def _schema_type(printed: str) -> str:
     return {"number": "Scalar"}.get(printed, printed)
 
 
-def _watching(code: Any) -> Any:
-    """A block that records each call of the function with `code` (any alias; `watching`)."""
-    return watching({code})
+def _watching(fn: Any) -> Any:
+    """A block that records each call of `fn` (any alias, any thread: `watching`, its code also
+    swapped for a recorder) and any process the block starts."""
+    return watching({fn.__code__}, swap=(fn,), processes=True)
 
 
 class _NoBoardOps(torch.utils._python_dispatch.TorchDispatchMode):
@@ -224,12 +225,14 @@ class _NoBoardOps(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-#: 12.2's cases: (input shape, dtype, scale, mode); the first is the one the prompt shows.
+#: 12.2's cases: (input shape, dtype, scale, mode); the first is the one the prompt shows. Only the
+#: dtypes the C++ kernel takes (`check_4d_float`: float32 or float64), as a fake kernel may refuse
+#: what the real one refuses.
 _FAKE_CASES = (
     ((2, 3, 4, 5), torch.float64, 3, "nearest"),
     ((1, 2, 6, 7), torch.float32, 2, "bilinear"),
     ((3, 1, 1, 9), torch.float32, 4, "nearest"),
-    ((1, 4, 5, 2), torch.bfloat16, 1, "bilinear"),
+    ((1, 4, 5, 2), torch.float32, 1, "bilinear"),
 )
 
 
@@ -265,30 +268,24 @@ def upsample_backward_fake(answer: Any) -> str:
         raise Hint(
             tr("give a function upsample_backward_fake(grad_output, in_h, in_w, scale, mode)")
         )
-    shown = board_op._upsample_backward_fake.__code__
-    for i, (shape, dtype, scale, mode) in enumerate(_FAKE_CASES):
+    # every answer first, each under the watch and the board-op refusal; the truths (the
+    # registered kernel's outputs) only after, so that none is in a frame of this judge while
+    # the reader's code runs
+    runs = []
+    for shape, dtype, scale, mode in _FAKE_CASES:
         out_shape = reference_upsample(np.zeros(shape, dtype=np.float32), scale, mode).shape
-        n, c, in_h, in_w = shape
-        case = tr(
-            "grad_output {grad_shape} {dtype}, in_h={in_h}, in_w={in_w}, scale={scale}, "
-            "mode={mode!r}",
-            grad_shape=tuple(out_shape),
-            dtype=str(dtype).removeprefix("torch."),
-            in_h=in_h,
-            in_w=in_w,
-            scale=scale,
-            mode=mode,
-        )
-        with FakeTensorMode():
+        fake = FakeTensorMode()
+        with fake:
             grad = torch.empty(out_shape, dtype=dtype)
-            truth = board_op._upsample_backward_fake(grad, in_h, in_w, scale, mode)
             before = (tuple(grad.shape), grad.stride(), grad._version)
-            with _NoBoardOps(), _watching(shown) as called:
-                out = answer(grad, in_h, in_w, scale, mode)
-        assert (tuple(truth.shape), truth.dtype) == (shape, dtype), (
-            f"board_op's registered fake kernel should return the input's shape {shape} in "
-            f"{dtype}, found {tuple(truth.shape)} in {truth.dtype}"
-        )
+            with _NoBoardOps(), _watching(board_op._upsample_backward_fake) as called:
+                try:
+                    out = answer(grad, shape[2], shape[3], scale, mode)
+                except Hint:  # the refusal of a board op: a route refused, as the watch's are
+                    raise
+                except Exception as e:  # noqa: BLE001 - the reader's error: its hint, in order
+                    out = e
+        started_process(called)
         if "sys.setprofile" in called:
             raise Hint(
                 tr(
@@ -304,6 +301,30 @@ def upsample_backward_fake(answer: Any) -> str:
                     "function yourself from the schema and `_backward`"
                 )
             )
+        runs.append((fake, grad, before, out))
+    for i, ((shape, dtype, scale, mode), (fake, grad, before, out)) in enumerate(
+        zip(_FAKE_CASES, runs, strict=True)
+    ):
+        out_shape = tuple(grad.shape)
+        n, c, in_h, in_w = shape
+        case = tr(
+            "grad_output {grad_shape} {dtype}, in_h={in_h}, in_w={in_w}, scale={scale}, "
+            "mode={mode!r}",
+            grad_shape=out_shape,
+            dtype=str(dtype).removeprefix("torch."),
+            in_h=in_h,
+            in_w=in_w,
+            scale=scale,
+            mode=mode,
+        )
+        if isinstance(out, Exception):
+            raise out
+        with fake:
+            truth = board_op._upsample_backward_fake(grad, in_h, in_w, scale, mode)
+        assert (tuple(truth.shape), truth.dtype) == (shape, dtype), (
+            f"board_op's registered fake kernel should return the input's shape {shape} in "
+            f"{dtype}, found {tuple(truth.shape)} in {truth.dtype}"
+        )
         if not isinstance(out, torch.Tensor):
             raise Hint(
                 tr("return a tensor (got {type_out___name})", type_out___name=type(out).__name__)
@@ -338,20 +359,31 @@ def upsample_backward_fake(answer: Any) -> str:
                 raise Hint(
                     tr(
                         "that is grad_output's shape, the upsampled one; the backward returns the "
-                        "gradient of the forward's input: (N, C, in_h, in_w)"
+                        "gradient of which tensor, and which arguments give that tensor's sizes?"
                     )
                 )
             if got == (in_h, in_w):
                 raise Hint(tr("keep N and C: the gradient is 4-D like the forward's input"))
+            if i and len(got) != len(shape):
+                raise Hint(
+                    tr(
+                        "a hidden case ({case}): your shape {got} has {n_got} dimensions; the "
+                        "forward's input has {n_dims}",
+                        case=case,
+                        got=got,
+                        n_got=len(got),
+                        n_dims=len(shape),
+                    )
+                )
             if i:
-                wrong = [d for d in range(min(len(got), 4)) if got[d] != shape[d]]
+                wrong = [d for d in range(len(got)) if got[d] != shape[d]]
                 raise Hint(
                     tr(
                         "a hidden case ({case}): your shape {got} is wrong in the dimensions "
                         "at indices {wrong}; take every size from the arguments, none by heart",
                         case=case,
                         got=got,
-                        wrong=wrong or list(range(len(got))),
+                        wrong=wrong,
                     )
                 )
             raise Hint(

@@ -21,7 +21,18 @@ from typing import Any
 import torch
 
 from helpers import sharded
-from helpers.exercises import N_, Hint, as_int, binds, called_names, exercise, tr, watching
+from helpers.exercises import (
+    N_,
+    Hint,
+    as_int,
+    binds,
+    called_names,
+    exercise,
+    run_answer,
+    started_process,
+    tr,
+    watching,
+)
 
 SCHEMES = ("ddp", "zero1", "zero2", "fsdp2")
 BIG_NUMEL, BIG_RANKS = 7_500_000_000, 64  # 13.1
@@ -296,27 +307,28 @@ def shard_shape_code(answer: Any) -> str:
     if _called_names(answer) & _LIBRARY:
         raise Hint(refusal)
     cases = [(SHOWN_SHAPE, SHOWN_RANKS), *HIDDEN_SHAPES]
-    truths = [fsdp2_local_shapes(shape, n) for shape, n in cases]
     codes, builtins = _library_code()
-    for i, ((shape, n), truth) in enumerate(zip(cases, truths, strict=True)):
+    # every answer first, each under the watch; the truths only after (none is in a frame of
+    # this judge while the reader's code runs), and a case's error in the cases' order
+    answers = []
+    for i, (shape, n) in enumerate(cases):
         where = (
             tr("the prompt's case")
             if i == 0
             else tr("a hidden case, global_shape={shape}, world_size={n}", shape=shape, n=n)
         )
-        with _watching(codes, builtins) as hits:
+        with _watching(codes, builtins, processes=True) as hits:
             try:
-                found = [answer(shape, n, r) for r in range(n)]
-            except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
-                raise Hint(
-                    tr(
-                        "{where}: your code raised {error}",
-                        where=where,
-                        error=f"{type(e).__name__}: {e}",
-                    )
-                ) from None
+                answers.append((where, [run_answer(where, answer, shape, n, r) for r in range(n)]))
+            except Hint as raised:
+                answers.append((where, raised))
+        started_process(hits)
         if hits:
             raise Hint(refusal)
+    for (where, found), (shape, n) in zip(answers, cases, strict=True):
+        if isinstance(found, Hint):
+            raise found
+        truth = fsdp2_local_shapes(shape, n)
         got = [_shape(f) for f in found]
         if any(g is None for g in got):
             bad = next(f for f, g in zip(found, got, strict=True) if g is None)

@@ -6,19 +6,19 @@ The truths come from the installed torch: DDPOptimizer's own bucketing run on an
 `ddp_optimizer_buckets` runs in-process on the shown case and hidden ones; DDP's bucket
 assignment (`dist._compute_bucket_assignment_by_size`); and Dynamo's skip rule for a first frame
 (`trace_rules.check` on the frame's code object, as `convert_frame` asks it), against which the
-reader's `first_frame_skipped` runs on the prompt's functions and hidden ones built at check time,
-with trace_rules' deciding functions (and copies of them) refused while it runs. No judge
-launches processes or compiles.
+reader's `first_frame_skipped` runs on the prompt's functions and hidden ones built at check time
+(twelve of them drawn afresh at each check), with trace_rules' deciding functions refused while
+it runs (their code swapped for a recorder, so that a thread that was running before is seen too;
+verbatim copies). Both coding judges collect the reader's answers before they compute any truth. No
+judge launches processes or compiles.
 """
 
 from __future__ import annotations
 
-import ast
 import functools
 import inspect
 import os
 import re
-import sys
 import textwrap
 from typing import Any
 
@@ -28,7 +28,18 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from helpers import ddp_compile
-from helpers.exercises import N_, Hint, as_int, binds, exercise, tr, watching
+from helpers.exercises import (
+    N_,
+    Hint,
+    as_int,
+    binds,
+    called_names,
+    exercise,
+    run_answer,
+    started_process,
+    tr,
+    watching,
+)
 
 MIB = 2**20
 #: 14.1: the prompt's case (section 3's bucket_cap_mb=3), then hidden ones: (widths of a chain
@@ -155,18 +166,9 @@ _takes = binds
 
 
 def _called_names(fn: Any) -> set[str]:
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return set()
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            f = node.func
-            names.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
-        if isinstance(node, ast.Name) and node.id == "DDPOptimizer":
-            names.add(node.id)
-    return names
+    """The names `fn`'s source calls, and DDPOptimizer wherever it is named (a class can be
+    used without being called by name: `cls = DDPOptimizer`)."""
+    return called_names(fn, referenced={"DDPOptimizer"})
 
 
 def _groups(value: Any) -> list[list[int]] | None:
@@ -220,9 +222,11 @@ def split_code(answer: Any) -> str:
     if _called_names(answer) & _LIBRARY:
         raise Hint(refusal)
     cases = [SHOWN_SPLIT, *HIDDEN_SPLITS]
-    truths = [[list(g) for g in ddp_optimizer_layers(*case)] for case in cases]
     codes, builtins = _library_code()
-    for i, ((widths, cap, first), truth) in enumerate(zip(cases, truths, strict=True)):
+    # every answer first, each under the watch; the truths only after (none is in a frame of
+    # this judge while the reader's code runs), and a case's error in the cases' order
+    answers = []
+    for i, (widths, cap, first) in enumerate(cases):
         sizes = layer_bytes(widths)
         where = (
             tr("the prompt's case")
@@ -234,19 +238,19 @@ def split_code(answer: Any) -> str:
                 first=first,
             )
         )
-        with _watching(codes, builtins, same_code=True) as hits:
+        with _watching(codes, builtins, same_code=True, processes=True) as hits:
             try:
-                found = answer(list(sizes), cap, first)
-            except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
-                raise Hint(
-                    tr(
-                        "{where}: your code raised {error}",
-                        where=where,
-                        error=f"{type(e).__name__}: {e}",
-                    )
-                ) from None
+                answers.append((where, sizes, run_answer(where, answer, list(sizes), cap, first)))
+            except Hint as raised:
+                answers.append((where, sizes, raised))
+        started_process(hits)
         if hits:
             raise Hint(refusal)
+    for (where, sizes, found), case in zip(answers, cases, strict=True):
+        if isinstance(found, Hint):
+            raise found
+        _, cap, first = case
+        truth = [list(g) for g in ddp_optimizer_layers(*case)]
         got = _groups(found)
         if got is None:
             raise Hint(
@@ -519,44 +523,75 @@ def _fsdp_forward() -> Any:
     return namespace["forward"]
 
 
-#: 14.4: code compiled at check time under a file name of each kind the rules for files tell
-#: apart, (description, directory or file relative to torch's or the standard library's
-#: directory, root); a new module name (or, for a single file, a new function name) at each call,
-#: so that no table made before the check can hold them. Dynamo decides their frames on
-#: co_filename and co_name alone, as for any code object.
-_FRESH_FILES = (
-    (N_("a function compiled at check time in a new file under torch/nn/modules"),
-     "nn/modules/", "torch"),
-    (N_("a function compiled at check time in torch/_compile.py, under a new name"),
-     "_compile.py", "torch"),
-    (N_("a function compiled at check time in a new file under torch/_export/db/examples"),
-     "_export/db/examples/", "torch"),
-    (N_("a function compiled at check time in a new file under torch/_export"),
-     "_export/", "torch"),
-    (N_("a function compiled at check time in a new file under the standard library's "
-        "importlib"), "importlib/", "stdlib"),
-    (N_("a function compiled at check time in torch/optim/lr_scheduler.py, under a new name"),
-     "optim/lr_scheduler.py", "torch"),
-    (N_("a function compiled at check time in a new file under torch/optim"), "optim/", "torch"),
-    (N_("a function compiled at check time in a new file directly in torch's directory"), "",
-     "torch"),
-)  # fmt: skip
+#: 14.4: the fresh cases' description (their function's name and file, as the hint shows them)
+_FRESH_CASE = N_("a function {name} compiled at check time in {path}")
 
 
-def _fresh_function(where: str, root: str) -> Any:
-    """A function compiled afresh whose code names a file `where` (a directory: a new module in
-    it) under torch's directory or the standard library's, with a new name."""
-    import secrets
+def _shown_path(path: str) -> str:
+    """A file name as a fresh case's description shows it: under torch/ or the standard
+    library's directory."""
+    from torch._dynamo import trace_rules
+
+    torch_dir = trace_rules._module_dir(torch)
+    std = os.path.dirname(os.__file__) + "/"
+    if path.startswith(torch_dir):
+        return "torch/" + path[len(torch_dir) :]
+    return tr("the standard library's {path}", path=path.removeprefix(std))
+
+
+def _fresh_places() -> list[tuple[str, str]]:
+    """(file name, function name) for 14.4's fresh cases, drawn at each call (os.urandom): in
+    pairs that share a directory, or whose names share a start, and that the rules for files
+    tell apart, so that a table of answers by directory, by file or by a name's pattern, made
+    before the check or learnt from its hints, gets some of them wrong. The lists' entries are
+    compared as the start of the file name: an entry of MOD_SKIPLIST also holds a file whose
+    name extends the entry's (torch/nnab.py), FORCE_SKIP_FILES and the standard library's
+    single files of SKIP_DIRS only themselves. The new names are random words of random length
+    (a file name that happens to start like an entry is one more such case), the new
+    directories random in number; each truth is asked of trace_rules like every case's, none is
+    assumed here."""
+    import random
+    import string
+    import unittest
 
     from torch._dynamo import trace_rules
 
-    base = trace_rules._module_dir(torch) if root == "torch" else os.path.dirname(os.__file__) + "/"
-    tag = secrets.token_hex(6)
-    path = base + (where + f"_fresh_{tag}.py" if where == "" or where.endswith("/") else where)
+    draw = random.SystemRandom()
+
+    def word() -> str:
+        return "".join(draw.choice(string.ascii_lowercase) for _ in range(draw.randint(3, 9)))
+
+    def below() -> str:  # a new module, at a depth of 0 to 2 new directories
+        return "".join(f"{word()}/" for _ in range(draw.randint(0, 2))) + f"{word()}.py"
+
+    std = os.path.dirname(os.__file__) + "/"
+    skip = draw.choice(sorted(trace_rules.get_mod_skiplist()))
+    legacy = draw.choice(sorted(trace_rules.get_legacy_mod_inlinelist()))
+    force = draw.choice(sorted(trace_rules.FORCE_SKIP_FILES))
+    std_skip = draw.choice(sorted(d for d in trace_rules.SKIP_DIRS if d.startswith(std)))
+    unit = trace_rules._module_dir(unittest)
+    places = [
+        skip + f"{word()}.py",  # a name that extends a MOD_SKIPLIST entry's
+        os.path.dirname(skip) + f"/{word()}.py",  # the same directory, a new name
+        skip + "/" + below(),  # under a MOD_SKIPLIST entry
+        legacy + draw.choice([f"{word()}.py", "/" + below(), ".py"]),  # LEGACY_MOD_INLINELIST
+        os.path.dirname(legacy) + "/" + below(),  # beside it: the file rules below it decide
+        force,  # a force-skipped file, under a new function name
+        force.removesuffix(".py") + f"{word()}.py",  # a name that extends it
+        std_skip + below() if std_skip.endswith("/") else std_skip,  # SKIP_DIRS (the stdlib's)
+        std_skip.rstrip("/").removesuffix(".py") + f"{word()}.py",  # a name that extends it
+        unit + below(),  # the standard library's unittest directory
+        unit.rstrip("/") + f"{word()}.py",  # a name that extends it
+    ]
+    fresh = [(path, f"{word()}_{word()}") for path in places]
+    return [*fresh, (legacy + "/" + below(), "__getattr__")]  # the name rule, in a traced file
+
+
+def _fresh_function(path: str, name: str) -> Any:
+    """A function `name` compiled afresh, whose code names the file `path`."""
     namespace: dict = {}
-    source = f"def f_{tag}(x):\n    return x\n"
-    exec(compile(source, path, "exec"), namespace)  # noqa: S102
-    return namespace[f"f_{tag}"]
+    exec(compile(f"def {name}(x):\n    return x\n", path, "exec"), namespace)  # noqa: S102
+    return namespace[name]
 
 
 class _Lazy:
@@ -566,18 +601,20 @@ class _Lazy:
         return name
 
 
-def first_frame_cases() -> list[tuple[str, Any, bool]]:
-    """14.4's cases, (name or msgid of a description, function, shown): the prompt's, then the
-    hidden ones, built afresh at each call. They come in pairs that share a name and a module
-    (functools.wraps copies both) or a file, and differ in what decides."""
+def first_frame_cases() -> list[tuple[Any, Any, bool]]:
+    """14.4's cases, (name, function, shown): the prompt's, then the hidden ones, the last of them
+    drawn afresh at each call (`_fresh_places`). A name is a msgid, or (msgid, its fields) for a
+    fresh case. The fixed ones come in pairs that share a name and a module (functools.wraps
+    copies both) or a file, and differ in what decides."""
     import copy
+    import typing
 
     import torch.distributed.device_mesh as device_mesh
     import torch.nn.attention.flex_attention as flex
     import torch.nn.functional as F
     import torch.nn.utils.parametrize as parametrize
 
-    hidden = [
+    hidden: list[tuple[Any, Any]] = [
         (N_("a functools.wraps wrapper defined in src/helpers around torch.nn.Module.train"),
          _wraps(nn.Module.train)),
         (N_("torch.nn.Module.train, a method of torch.nn"), nn.Module.train),
@@ -600,12 +637,21 @@ def first_frame_cases() -> list[tuple[str, Any, bool]]:
          torch.optim.lr_scheduler.StepLR.get_lr),
         (N_("copy.deepcopy, from the standard library"), copy.deepcopy),
         (N_("textwrap.dedent, from the standard library"), textwrap.dedent),
+        (N_("typing.cast, from the standard library"), typing.cast),
+        (N_("typing.get_origin, from the standard library"), typing.get_origin),
         (N_("a function forward compiled here with the file name torch/testing/_internal/"
             "common_fsdp.py (that module itself needs expecttest)"), _fsdp_forward()),
         (N_("_Lazy.__getattr__, a method of a class defined in src/helpers"), _Lazy.__getattr__),
     ]  # fmt: skip
-    hidden += [(d, _fresh_function(where, root)) for d, where, root in _FRESH_FILES]
+    for path, name in _fresh_places():
+        hidden.append(((_FRESH_CASE, {"name": name, "path": _shown_path(path)}),
+                       _fresh_function(path, name)))  # fmt: skip
     return [(n, f, True) for n, f in FIRST_FRAME_SHOWN.items()] + [(d, f, False) for d, f in hidden]
+
+
+def _case_name(name: Any) -> str:
+    """A case's name in the current language (a msgid, or a msgid and its fields)."""
+    return tr(name[0], **name[1]) if isinstance(name, tuple) else tr(name)
 
 
 #: trace_rules' functions that answer 14.4's question (refused while the reader's code runs)
@@ -613,25 +659,48 @@ _DECIDERS = ("check", "check_verbose", "check_file", "lookup", "lookup_inner", "
              "lookup_callable", "get_skip_reason")  # fmt: skip
 
 
-def _deciders() -> tuple[set, list[str]]:
-    """The code objects of `_DECIDERS`, and those of them that no longer come from trace_rules'
-    own file (replaced in this kernel: the judge's truth would be the replacement's)."""
+def _deciders() -> tuple[list, list[str]]:
+    """The functions of `_DECIDERS`, and those of them whose code no longer comes from
+    trace_rules' own file (replaced in this kernel: the judge's truth would be the
+    replacement's)."""
     from torch._dynamo import trace_rules
 
-    codes, replaced = set(), []
+    fns, replaced = [], []
     for name in _DECIDERS:
-        fn = getattr(trace_rules, name, None)
-        code = getattr(inspect.unwrap(fn), "__code__", None) if fn is not None else None
+        fn = inspect.unwrap(getattr(trace_rules, name, None))
+        code = getattr(fn, "__code__", None)
         if code is None:
             continue
-        codes.add(code)
+        fns.append(fn)
         if os.path.abspath(code.co_filename) != os.path.abspath(trace_rules.__file__):
             replaced.append(name)
-    return codes, replaced
+    return fns, replaced
+
+
+def _rules_state() -> tuple:
+    """What trace_rules decides a first frame from (its lists, the table's string keys, the
+    unittest switch), to tell whether the reader's code changed it while it ran."""
+    from torch._dynamo import trace_rules
+
+    table = trace_rules.get_torch_obj_rule_map()
+    return (
+        tuple(sorted(trace_rules.get_mod_skiplist())),
+        tuple(sorted(trace_rules.get_legacy_mod_inlinelist())),
+        tuple(sorted(trace_rules.get_mod_inlinelist())),
+        tuple(sorted(trace_rules.FORCE_SKIP_FILES)),
+        tuple(trace_rules.SKIP_DIRS),
+        trace_rules.SKIP_DIRS_RE.pattern,
+        tuple(sorted((k, v.__name__) for k, v in table.items() if isinstance(k, str))),
+        len(table),
+        torch._dynamo.config.enable_trace_unittest,
+        torch._dynamo.config.dont_skip_tracing,
+    )
 
 
 #: 14.4: what to think about, by what decided the case (a phrase of trace_rules' reason)
 _FIRST_FRAME_QUESTIONS = (
+    ("typing.cast", N_("does the entry point decide anything on the code object itself, before "
+                       "it asks the table?")),
     ("get_torch_obj_rule_map", N_("is anything asked before the rules for files?")),
     ("__getattr__", N_("is anything asked about the function's name before the rules for "
                        "files?")),
@@ -639,12 +708,39 @@ _FIRST_FRAME_QUESTIONS = (
                          "before the lists?")),
     ("LEGACY_MOD_INLINELIST", N_("which of check_file's lists does its file lie under, and "
                                  "which of them is asked first?")),
+    ("unittest directory", N_("read check_file between its lists: is a directory of the "
+                              "standard library skipped by a test of its own?")),
     ("skip directory", N_("which of check_file's lists name directories outside torch?")),
     ("MOD_SKIPLIST", N_("which of check_file's lists hold the file of the code that runs, and "
                         "which of them are asked for a first frame?")),
     ("inlined by default", N_("which of check_file's lists, if any, holds the file of the code "
                               "that runs when it is called?")),
 )  # fmt: skip
+
+#: 14.4: the question for a file that a list's entry holds, or seems to, only by its name's start
+_BY_PREFIX = N_(
+    "how does check_file compare a file name with a list's entries: as a module name, a "
+    "directory, a whole file name, or the start of a string?"
+)
+
+
+def _by_prefix(path: str, reason: str) -> bool:
+    """Whether the file's verdict turns on how a list compares names: a list's entry holds it
+    as the start of its name only (torch/nnx_1.py under torch/nn), or the file extends the
+    name of an entry that holds no such file (lr_scheduler_1.py beside lr_scheduler.py)."""
+    from torch._dynamo import trace_rules
+
+    match = re.search(r"(?:MOD_SKIPLIST|LEGACY_MOD_INLINELIST) \((.*)\)$", reason)
+    if match:
+        rest = path[len(match.group(1)) :]
+        return not rest.startswith(("/", ".py"))
+    std = os.path.dirname(os.__file__) + "/"
+    exact = [*trace_rules.FORCE_SKIP_FILES]
+    exact += [d for d in trace_rules.SKIP_DIRS if d.startswith(std)]
+    stems = [e.rstrip("/").removesuffix(".py") for e in exact]
+    unittest_dir = trace_rules._module_dir(__import__("unittest"))
+    stems.append(unittest_dir.rstrip("/"))
+    return "inlined by default" in reason and any(path.startswith(stem) for stem in stems)
 
 
 def _first_frame_question(fn: Any, yours: bool) -> str:
@@ -662,13 +758,15 @@ def _first_frame_question(fn: Any, yours: bool) -> str:
         and yours == trace_rules.check(code)
     ):
         return tr("which code runs when it is called, and in which file does that code lie?")
+    reason = trace_rules.check_verbose(fn.__code__).reason or ""
     rule = trace_rules.get_torch_obj_rule_map().get(fn)
-    if rule is not None and yours == (rule is SkipFunctionVariable):
+    if "typing.cast" not in reason and rule is not None and yours == (rule is SkipFunctionVariable):
         return tr(
             "Dynamo decides a frame on its code object, so which key of the table of single "
             "functions could a frame match, and which entries have such keys?"
         )
-    reason = trace_rules.check_verbose(fn.__code__).reason or ""
+    if _by_prefix(trace_rules._as_posix_path(fn.__code__.co_filename), reason):
+        return tr(_BY_PREFIX)
     for phrase, question in _FIRST_FRAME_QUESTIONS:
         if phrase in reason:
             return tr(question)
@@ -678,9 +776,16 @@ def _first_frame_question(fn: Any, yours: bool) -> str:
 def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
     """The right answer's explanation, from the installed torch; a Hint (not the reader's try)
     where this torch no longer behaves as it says."""
+    import contextlib
+    import types
+    import typing
+    import unittest
+
     import torch.distributed.device_mesh as device_mesh
     import torch.nn.functional as F
     from torch._dynamo import trace_rules
+    from torch._dynamo.convert_frame import has_tensor_in_frame
+    from torch._dynamo.variables import TorchInGraphFunctionVariable
 
     site = os.path.dirname(os.path.dirname(torch.__file__))
     zero, sync = torch.optim.SGD.zero_grad, DDP.no_sync
@@ -688,12 +793,20 @@ def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
     table = trace_rules.get_torch_obj_rule_map()
     keys = [k for k in table if isinstance(k, str)]
     init = device_mesh.DeviceMesh.__init__
+    # the frame of no_sync's wrapper as convert_frame sees it: its arguments hold the module
+    sync_frame = types.SimpleNamespace(
+        f_code=sync.__code__, f_globals=vars(contextlib), f_locals={"args": (nn.Linear(1, 1),)}
+    )
     holds = {
+        "typing.cast's code is skipped before the table": (
+            "typing.cast" in (trace_rules.check_verbose(typing.cast.__code__).reason or "")
+            and not trace_rules.check(typing.get_origin.__code__)
+        ),
         "the table's keys for a frame are <file>#<name> of torch/testing/_internal": (
             bool(keys) and all("#" in k and "/torch/testing/_internal/" in k for k in keys)
         ),
-        "relu and DeviceMesh.__init__ have entries by object that a frame does not meet": (
-            table.get(F.relu) is not None
+        "relu's entry puts it in the graph, DeviceMesh.__init__'s skips it; frames differ": (
+            table.get(F.relu) is TorchInGraphFunctionVariable
             and not trace_rules.check(F.relu)
             and trace_rules.check(F.relu.__code__)
             and trace_rules.check(init)
@@ -704,10 +817,16 @@ def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
             and not trace_rules.check(inspect.unwrap(zero).__code__)
             and "torch._dynamo.disable(fn" in inspect.getsource(torch._disable_dynamo)
         ),
-        "no_sync's helper is traced, its body's frame skipped": (
+        "no_sync's helper is traced and its frame holds the module, its body's frame skipped": (
             not trace_rules.check(sync.__code__)
+            and has_tensor_in_frame(sync_frame)
             and body is not sync
             and trace_rules.check(body.__code__)
+        ),
+        "unittest's directory is skipped (enable_trace_unittest off)": (
+            not torch._dynamo.config.enable_trace_unittest
+            and "unittest directory"
+            in (trace_rules.check_verbose(unittest.TestCase.assertEqual.__code__).reason or "")
         ),
         "MOD_INLINELIST is asked only for an inlined call": (
             trace_rules.check(DDP.forward.__code__)
@@ -726,13 +845,15 @@ def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
         )
     return tr(
         (
-            "all {n} functions as Dynamo answers them ({shown} shown, {hidden} hidden). A frame "
-            "is decided on its code object (convert_frame asks trace_rules.check(frame.f_code)), "
-            'so the table of single functions is looked up by "<file>#<name>", keys only '
-            "entries under torch/testing/_internal have; the table by object decides for an "
-            "inlined call and for the wrapper torch.compile(fn) puts around a function "
-            "(_TorchDynamoContext.__call__ in eval_frame.py), not for a frame: "
-            "torch.nn.functional.relu's entry there says traced, yet its frame is skipped like "
+            "all {n} functions as Dynamo's trace rules answer them ({shown} shown, {hidden} "
+            "hidden). A frame is decided on its code object (convert_frame asks "
+            "trace_rules.check(frame.f_code)). The entry point first skips typing.cast's code "
+            "(a no-op, skipped at the top level); then the table of single functions is looked "
+            'up by "<file>#<name>", keys only entries under torch/testing/_internal have; the '
+            "table by object decides for an inlined call and for the wrapper torch.compile(fn) "
+            "puts around a function (_TorchDynamoContext.__call__ in eval_frame.py), not for a "
+            "frame: torch.nn.functional.relu's entry there says in graph (not skipped: a call "
+            "of it becomes one node of the graph), yet its frame is skipped like "
             "ReLU.forward's in torch/nn, and DeviceMesh.__init__'s says skipped, yet its frame "
             "is traced. Next a function named __getattr__ is skipped, then check_file decides "
             "on the file of the code object that runs, for a decorated function its wrapper's. "
@@ -740,13 +861,17 @@ def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
             "MOD_SKIPLIST); when called, that wrapper runs zero_grad under "
             "torch._dynamo.disable, which turns Dynamo off for the call whatever the rules say. "
             "For DistributedDataParallel.no_sync it is {sync_code} in the standard library's "
-            "{sync_file}, on no list, so traced (the trace rules' answer; a frame without "
-            "tensors is passed over anyway): that frame only builds the context manager, and "
-            "no_sync's own body, a generator in {body_file}, runs at __enter__ in a frame of "
-            "its own, which the rules for files skip. In check_file the files it skips by name "
-            "({force}) come first, LEGACY_MOD_INLINELIST wins over MOD_SKIPLIST, and "
-            "MOD_INLINELIST is asked only for an inlined call; and the forward of a torch.nn "
-            "module is traced as a first frame after all when that module has hooks."
+            "{sync_file}, on no list, so traced (the trace rules' answer; its arguments hold "
+            "the DDP module, so convert_frame's test for tensors in a frame does not pass it "
+            "over either): that frame only builds the context manager, and no_sync's own body, "
+            "a generator in {body_file}, runs at __enter__ in a frame of its own, which the "
+            "rules for files skip. In check_file the files it skips by their whole name "
+            "({force}) come first, LEGACY_MOD_INLINELIST wins over MOD_SKIPLIST, the standard "
+            "library's unittest directory is skipped before SKIP_DIRS (enable_trace_unittest "
+            "is off by default), an entry of a list holds every file whose name starts with "
+            "it (torch/nn also holds torch/nnx.py), and MOD_INLINELIST is asked only for an "
+            "inlined call; and the forward of a torch.nn module is traced as a first frame "
+            "after all when that module has hooks."
         ),
         n=n_shown + n_hidden,
         shown=n_shown,
@@ -765,13 +890,13 @@ def _first_frame_verdict(n_shown: int, n_hidden: int) -> str:
     "Dynamo's first-frame rule, written by you",
     look=N_(
         "section 2 (the rules asked live) and, in torch/_dynamo/trace_rules.py, the path of a "
-        "call that is not inlined: `check_verbose`, the three steps of `_lookup_inner`, then "
-        "`check_file` and the lists above it"
+        "call that is not inlined: `check_verbose` (its own test before the table), the three "
+        "steps of `_lookup_inner`, then `check_file`, every test in it, and the lists above it"
     ),
     reveal=N_(
         "`trace_rules.check_verbose(fn.__code__)` on each case (a frame is decided on its code "
-        "object); the hidden ones are built by "
-        "`first_frame_cases()` in helpers/exercises/nb14.py"
+        "object); the hidden ones are built in helpers/exercises/nb14.py, the last of them "
+        "drawn afresh at each check"
     ),
 )
 def first_frame(answer: Any) -> str:
@@ -784,9 +909,10 @@ def first_frame(answer: Any) -> str:
                 params=_params(answer),
             )
         )
+    import numpy as np
     from torch._dynamo import trace_rules
 
-    codes, replaced = _deciders()
+    deciders, replaced = _deciders()
     if replaced:
         raise Hint(
             tr(
@@ -796,45 +922,56 @@ def first_frame(answer: Any) -> str:
             ),
             counts=False,
         )
+    codes = {fn.__code__ for fn in deciders}
     cases = first_frame_cases()
-    # a frame is decided on its code object (convert_frame: trace_rules.check(frame.f_code)),
-    # before the reader's code runs
-    truths = [trace_rules.check(fn.__code__) for _, fn, _ in cases]
     refusal = tr(
         "do not ask Dynamo's own skip rule (trace_rules' functions that decide it, by whatever "
-        "name): apply the table and the rules for files yourself"
+        "name, in whichever thread): apply the table and the rules for files yourself"
     )
-    for (name, fn, shown), truth in zip(cases, truths, strict=True):
-        where = name if shown else tr("a hidden case ({case})", case=tr(name))
-        with watching(codes, same_code=True) as hits:
-            watch = sys.getprofile()
+    state = _rules_state()
+    # every answer first, each under the watch (the deciders' code swapped for a recorder, so a
+    # thread that was running before is seen too), as a plain bool; the truths only after, so
+    # that none is in a frame of this judge while the reader's code runs
+    answers: list = []
+    for name, fn, shown in cases:
+        where = name if shown else tr("a hidden case ({case})", case=_case_name(name))
+        with watching(codes, same_code=True, swap=deciders, processes=True) as hits:
             try:
-                found = answer(fn)
-            except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
-                raise Hint(
-                    tr(
-                        "{where}: your code raised {error}",
-                        where=where,
-                        error=f"{type(e).__name__}: {e}",
+                found = run_answer(where, answer, fn)
+                if type(found) not in (bool, np.bool_):
+                    raise Hint(
+                        tr(
+                            "return True (the trace rules skip the frame) or False (they trace "
+                            "it), found {found!r}",
+                            found=found,
+                        )
                     )
-                ) from None
-            unwatched = sys.getprofile() is not watch  # the reader's code removed the watch
-        if hits or unwatched:
+                answers.append(bool(found))
+            except Hint as raised:
+                answers.append(raised)
+        started_process(hits)
+        if hits:
             raise Hint(refusal)
-        if type(found).__name__ not in ("bool", "bool_"):
-            raise Hint(
-                tr(
-                    "return True (Dynamo skips the frame) or False (it traces it), found {found!r}",
-                    found=found,
-                )
+    if _rules_state() != state:
+        raise Hint(
+            tr(
+                "your function changed trace_rules' lists, its table or Dynamo's configuration: "
+                "read them, do not write them; restart the kernel and run this cell again"
             )
-        if bool(found) == truth:
+        )
+    for (name, fn, shown), found in zip(cases, answers, strict=True):
+        where = name if shown else tr("a hidden case ({case})", case=_case_name(name))
+        if isinstance(found, Hint):
+            raise found
+        # a frame is decided on its code object (convert_frame: trace_rules.check(frame.f_code))
+        truth = trace_rules.check(fn.__code__)
+        if found == truth:
             continue
-        question = _first_frame_question(fn, bool(found))
-        if not shown:  # a hidden case's answer is not given away: the kind and a question
+        question = _first_frame_question(fn, found)
+        if not shown:  # a bool: the hint says which case and what decides it, not the answer
             raise Hint(
                 tr(
-                    "{where}: your function's answer is not Dynamo's; {question}",
+                    "{where}: your function's answer is not the trace rules'; {question}",
                     where=where,
                     question=question,
                 )
@@ -842,16 +979,16 @@ def first_frame(answer: Any) -> str:
         if truth:
             raise Hint(
                 tr(
-                    "{where}: Dynamo skips it as a first frame, your function returns False; "
-                    "{question}",
+                    "{where}: the trace rules skip it as a first frame, your function returns "
+                    "False; {question}",
                     where=where,
                     question=question,
                 )
             )
         raise Hint(
             tr(
-                "{where}: Dynamo does not skip it as a first frame, your function returns True; "
-                "{question}",
+                "{where}: the trace rules do not skip it as a first frame, your function returns "
+                "True; {question}",
                 where=where,
                 question=question,
             )

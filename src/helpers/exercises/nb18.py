@@ -17,7 +17,7 @@ import torch
 import torch.utils._python_dispatch
 
 from helpers import operator_path
-from helpers.exercises import N_, Hint, choice_set, exercise, tr, watching
+from helpers.exercises import N_, Hint, choice_set, exercise, started_process, tr, watching
 
 #: The ops exercise 18.1 asks about.
 CANDIDATES = ("atan", "asinh", "abs", "logit", "silu", "hardswish")
@@ -321,26 +321,52 @@ def _digits(a: torch.Tensor, b: torch.Tensor) -> int:
 
 @exercise(
     "18.3",
-    "the backward of atan2 by hand",
+    "atan2's backward, read and checked",
     look=N_(
-        "section 5 (derivatives.yaml): the `self:` formula of the atan entry; the chain rule "
-        "through y / x, once for y and once for x; then a form with no division by x alone"
+        "atan2's entry in derivatives.yaml (torchgen/packaged/autograd/derivatives.yaml): the "
+        "coefficients of `self_t` and `other_t` on its `result:` line (`self_p` and `other_p` "
+        "are y and x themselves); then section 5's formula for atan and the chain rule through "
+        "y / x, once for y and once for x, to check them where x > 0"
     ),
     reveal=N_("`torch.autograd.functional.vjp` of atan2 at `(y, x)` with `grad`"),
 )
 def atan2_backward(answer: Any) -> str:
+    import torch.autograd.forward_ad as forward_ad
+
     if not callable(answer):
         raise Hint(
             tr("give a function atan2_backward(y, x, grad) that returns a pair (grad_y, grad_x)")
         )
-    for i, (name, y, x, grad) in enumerate(_atan2_cases()):
-        truth = atan2_truth(y, x, grad)
+    cases = _atan2_cases()
+    # the Python entry points into autograd, their code swapped for a recorder while the reader's
+    # function runs (a thread that was running before the check calls them too)
+    entries = (torch.autograd.grad, torch.autograd.backward, forward_ad.make_dual)
+    # every answer first, each under the dispatch mode and the watch; the truths (autograd's)
+    # only after, so that none is in a frame of this judge while the reader's code runs
+    results = []
+    for _, y, x, grad in cases:
         y_in, x_in, grad_in = y.clone(), x.clone(), grad.clone()
         mode = _NoAtan()
         watched = _autograd_codes() | _mode_codes()
         engine = (torch.autograd.Variable._execution_engine,)
-        with mode, watching(watched, _autograd_builtins(), bound=engine, holds=mode.lost) as asked:
-            found = answer(y_in, x_in, grad_in)
+        with (
+            mode,
+            watching(
+                watched,
+                _autograd_builtins(),
+                bound=engine,
+                holds=mode.lost,
+                swap=entries,
+                processes=True,
+            ) as asked,
+        ):
+            try:
+                found = answer(y_in, x_in, grad_in)
+            except Hint:  # the dispatch mode's refusal: a route refused, as the watch's are
+                raise
+            except Exception as e:  # noqa: BLE001 - the reader's error: its hint, in order
+                found = e
+        started_process(asked)
         mode_names = {c.co_name for c in _mode_codes()} | set(_MODE_BUILTINS)
         switched = [a for a in asked if a in _SWITCHED_OFF or a in mode_names]
         if switched:
@@ -368,6 +394,11 @@ def atan2_backward(answer: Any) -> str:
                     "corrupts the graph"
                 )
             )
+        results.append(found)
+    for i, ((name, y, x, grad), found) in enumerate(zip(cases, results, strict=True)):
+        if isinstance(found, Exception):
+            raise found
+        truth = atan2_truth(y, x, grad)
         if isinstance(found, list):
             found = tuple(found)
         if not (isinstance(found, tuple) and len(found) == 2):
@@ -455,9 +486,10 @@ def atan2_backward(answer: Any) -> str:
                 ]
                 raise Hint(
                     tr(
-                        "torch's gradient differs from yours in {wrong}: where x > 0, atan2(y, x) "
-                        "= atan(y / x); differentiate that with section 5's formula and the "
-                        "chain rule",
+                        "torch's gradient differs from yours in {wrong}: which coefficient of "
+                        "the `result:` line belongs to which input, and what do `self_p` and "
+                        "`other_p` stand for? Where x > 0, atan2(y, x) = atan(y / x): the chain "
+                        "rule checks each one",
                         wrong=tr("grad_y and grad_x") if len(wrong) == 2 else wrong[0],
                     )
                 )
@@ -521,13 +553,14 @@ def atan2_backward(answer: Any) -> str:
     )
     return tr(
         (
-            "grad_y = grad * x / (x*x + y*y), grad_x = -grad * y / (x*x + y*y): the chain rule "
-            "on atan(y / x), simplified, holds at every point but (0, 0) off the branch cut "
-            "(y = 0, x < 0); on the cut atan2 jumps by 2π and has no derivative in y, and torch "
-            "returns the same expression there. derivatives.yaml's backward entry for atan2 calls "
-            "{formula}, a C++ function that torch/csrc/autograd/FunctionsManual.h declares; "
-            "its forward-mode `result:` line, {forward}, holds the same partials, as the "
-            "coefficients of self_t (y's tangent) and other_t (x's)"
+            "grad_y = grad * x / (x*x + y*y), grad_x = -grad * y / (x*x + y*y): the coefficients "
+            "of self_t (y's tangent) and other_t (x's) on the forward-mode "
+            "`result:` line of derivatives.yaml's atan2 entry, {forward} (self_p and other_p "
+            "are y and x), times grad. The chain rule on atan(y / x), simplified, gives the "
+            "same, and holds at every point but (0, 0) off the branch cut (y = 0, x < 0); on "
+            "the cut atan2 jumps by 2π and has no derivative in y, and torch returns the same "
+            "expression there. The backward entry itself calls {formula}, a C++ function that "
+            "torch/csrc/autograd/FunctionsManual.h declares"
         ),
         formula=formula,
         forward=forward,
