@@ -49,10 +49,12 @@ WIDTH, DEPTH = 512, 6  # six 512x512 layers: 1 MiB of fp32 weights each, about 6
 class Net(nn.Module):
     """DEPTH Linear(WIDTH, WIDTH) layers with ReLU between them.
 
-    A model class of our own, not nn.Sequential: Dynamo never starts a frame whose code lives in
-    torch/nn (MOD_SKIPLIST), though it inlines such code called from a frame it traces
-    (MOD_INLINELIST). Under a compiled DDP, tracing of DDP.forward breaks (at its C++ logger, then
-    at `_inside_ddp_forward`), and the model's forward then starts a frame of its own: an
+    A model class of our own, not nn.Sequential: Dynamo does not start a frame whose code lives
+    in torch/nn (MOD_SKIPLIST; torch/nn/attention/flex_attention.py, on LEGACY_MOD_INLINELIST,
+    and the forward of a module with hooks aside), though it inlines such code called from a
+    frame it traces (MOD_INLINELIST). Under a compiled DDP, tracing of DDP.forward breaks at its
+    C++ logger, and that break, inside an inlined call, ends the inlining (nested_graph_breaks
+    is off): DDP runs uncompiled, and the model's forward then starts a frame of its own: an
     nn.Sequential's is skipped, Net's compiled.
     """
 
