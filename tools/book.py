@@ -102,7 +102,8 @@ def embed_widgets(nb, keep_views: bool = True, translate: Callable | None = None
     """Move, in place, the widget state each viewer's display carries (`STATE_MIME`) into the
     notebook's `widgets` metadata, the state MyST-NB embeds in the page for the HTML manager;
     returns how many displays carried one. keep_views=False drops the widget views instead, so
-    the page shows the display's text/plain. `translate` maps the state (the viewers' words) to
+    the page shows the display's text/plain (its `text/html`, the first step drawn statically
+    for an untrusted JupyterLab, goes too). `translate` maps the state (the viewers' words) to
     the edition's language."""
     state: dict = {}
     found = 0
@@ -115,8 +116,9 @@ def embed_widgets(nb, keep_views: bool = True, translate: Callable | None = None
             carried = data.pop(STATE_MIME)
             if keep_views:
                 state.update(with_modules(carried["state"]))
-            else:
+            else:  # the text twin, not the first step's static copy (English in both editions)
                 data.pop(WIDGET_VIEW_MIME, None)
+                data.pop("text/html", None)
     if state and translate is not None:
         state = translate(state)
     if state:

@@ -51,10 +51,10 @@ def setup_notebook(seed: int = 0, threads: int = 1) -> dict[str, str]:
     """Make a notebook deterministic and quiet; return the versions it runs with.
 
     Seeds Python's, NumPy's and torch's random generators with `seed`, sets torch's intra-op
-    thread count to `threads` (the same on every machine, whatever its core count), sets short
-    print options, resets Dynamo's caches (`torch._dynamo.reset()`: a re-run notebook compiles
-    from scratch) and ignores FutureWarnings reported from `torch.onnx` modules (a guard kept for
-    the export notebooks; a plain export on the pinned torch reported none there).
+    thread count to `threads` (the same on every machine), sets short print options, resets
+    Dynamo's caches (`torch._dynamo.reset()`: a re-run notebook compiles from scratch), ignores
+    FutureWarnings from `torch.onnx` modules (a guard for the export notebooks; the pinned torch
+    reports none there) and gives each `IPython.display.SVG` its copy (`_register_svg_copies`).
     """
     import numpy as np
     import torch
@@ -67,4 +67,22 @@ def setup_notebook(seed: int = 0, threads: int = 1) -> dict[str, str]:
     np.set_printoptions(precision=4, suppress=True, linewidth=100)
     torch._dynamo.reset()
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.onnx.*")
+    _register_svg_copies()
     return versions()
+
+
+def _register_svg_copies() -> None:
+    """In a Jupyter kernel, give every `IPython.display.SVG` a `text/markdown` copy, an `<img>`
+    of the same SVG (`helpers.pictures.svg_markdown`): JupyterLab shows no SVG output from an
+    untrusted notebook (a fresh clone), but it shows that copy."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import SVG
+    except ImportError:  # no IPython: no kernel either
+        return
+    from helpers.pictures import svg_markdown
+
+    shell = get_ipython()
+    if shell is not None:  # a kernel, not a plain script
+        markdown = shell.display_formatter.formatters["text/markdown"]
+        markdown.for_type(SVG, lambda picture: svg_markdown(picture.data))

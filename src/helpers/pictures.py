@@ -2,7 +2,8 @@
 
 Used by: `helpers.allreduce.ring_step_viewer` and `helpers.tracing.step_viewer` (the picture next
 to their text), notebooks 01 and 05 (one step shown as a static `image/svg+xml` output, which
-the book renders), tests/test_pictures.py (rendered in Chromium and counted).
+the book renders), `helpers.notebook.setup_notebook` (`svg_markdown`, below),
+tests/test_pictures.py (rendered in Chromium and counted).
 
 The pictures take plain data and import nothing from `helpers`, so the imports point one way
 (allreduce and tracing call pictures, never the reverse; tests/test_pictures.py checks it):
@@ -15,6 +16,13 @@ The pictures take plain data and import nothing from `helpers`, so the imports p
   the stages of a first compile (`COMPILE_STAGES`), read off the modules on that path, and a
   diagram of the stages with that one highlighted.
 
+- `svg_img(svg)`: an SVG as an HTML `<img>` of a `data:` URI, which JupyterLab shows from an
+  untrusted notebook (a fresh clone), where it shows no `image/svg+xml` output: its sanitizer
+  drops `<svg>` from HTML and Markdown but keeps that `<img>`. `helpers.notebook.setup_notebook`
+  registers it as the `text/markdown` copy of every `IPython.display.SVG` (`svg_markdown`);
+  `helpers.viewers` (which imports no helper) writes the same `<img>` for each viewer's first
+  step, the `text/html` of its display (tests/test_stored_pictures.py holds the two equal).
+
 No randomness, no clocks, no ids that change between runs: the same arguments give the same
 text, so a stored output compares equal under strict nbval. Elements carry class names and
 `data-*` attributes (`g.transfer[data-chunk]`, `g.stage[data-active]`, ...) for tests and for
@@ -23,8 +31,10 @@ the browser test that moves a viewer's slider.
 
 from __future__ import annotations
 
+import base64
 import html
 import math
+import re
 from collections.abc import Collection, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -39,6 +49,9 @@ __all__ = [
     "ring_svg",
     "compile_stage",
     "compile_stages_svg",
+    "svg_data_uri",
+    "svg_img",
+    "svg_markdown",
 ]
 
 _SVG = 'xmlns="http://www.w3.org/2000/svg"'
@@ -301,3 +314,40 @@ def compile_stages_svg(path: Sequence[PathStep], numbered: bool = True) -> str:
         "</svg>",
     ]
     return "\n".join(out)
+
+
+# ------------------------------------------------------- pictures where inline SVG is not shown
+
+_TITLE = re.compile(r"<title>([^<]*)</title>")
+
+
+def svg_data_uri(svg: str) -> str:
+    """`svg` as a `data:image/svg+xml;base64,...` URI (the same bytes, so the same picture)."""
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
+
+
+def svg_img(svg: str, alt: str | None = None) -> str:
+    """`svg` as an HTML `<img>` of its data URI, with `alt` (default: the picture's first
+    `<title>`, else "picture"); "" for an empty `svg`.
+
+    What an untrusted notebook still shows in JupyterLab 4: its sanitizer keeps `<img>` with any
+    `src` scheme (it checks schemes on `href` and `cite` only) and drops `<svg>`. In an `<img>`
+    the picture's `<title>` tooltips and text selection are lost; the pixels are the same.
+    """
+    if not svg.strip():
+        return ""
+    if alt is None:
+        found = _TITLE.search(svg)
+        alt = html.unescape(found.group(1)) if found else "picture"
+    return f'<img src="{svg_data_uri(svg)}" alt="{_e(alt)}"/>'
+
+
+def svg_markdown(svg: str) -> str:
+    """The `text/markdown` copy of a displayed SVG: its `svg_img`, as raw HTML in Markdown.
+
+    Markdown rather than HTML: MyST-NB (the book) ranks `text/html` above `image/svg+xml` above
+    `text/markdown`, so it keeps drawing the SVG itself. JupyterLab shows no SVG output from an
+    untrusted notebook and shows this copy; it ranks Markdown above SVG, so a trusted notebook
+    shows the copy too: the same pixels.
+    """
+    return svg_img(svg)

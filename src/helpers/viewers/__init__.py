@@ -2,7 +2,8 @@
 fed with recorded data.
 
 Used by: the viewer entry points of the topic harnesses and of `helpers.tracing`, which the
-notebooks call (no notebook imports this package): `helpers.allreduce.harness.ring_step_viewer`,
+notebooks call (no notebook imports the viewers; notebooks import only the prediction widget,
+`helpers.viewers.predict`, which is no step viewer): `helpers.allreduce.harness.ring_step_viewer`,
 `helpers.tracing.step_viewer`, `helpers.pipeline_parallel.harness.timeline_step_viewer`,
 `helpers.context_parallel.harness.ring_attention_step_viewer` and
 `helpers.expert_parallel.harness.exchange_step_viewer`. A viewer only
@@ -27,13 +28,20 @@ widget state of it and its layout, as `ipywidgets.embed.dependency_state` gives 
 ES module's text, which `with_modules` adds back from the file when the book is built), so the
 stored notebook is the same on every run, holds data only (nbval compares it) and `tools/book.py`
 needs no kernel. The `text/plain` of the display is the viewer's first step as text: what a
-text frontend shows.
+text frontend shows. Its `text/html` (`static_html`) is the first step drawn without the widget,
+its picture as an `<img>` (`svg_img`) above that text: what JupyterLab shows when it does not
+draw the widget, as in an untrusted notebook (a fresh clone, nothing run), where the widget view
+is an unsafe mime type, the step's inline SVG would be sanitized away and an `<img>` of a data
+URI is kept. A frontend that draws the widget ranks its view first.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import html
 import json
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -69,6 +77,22 @@ def _unique_id(base: str) -> str:
         n += 1
         model_id = f"{base}-{n}"
     return model_id
+
+
+_TITLE = re.compile(r"<title>([^<]*)</title>")
+
+
+def svg_img(svg: str) -> str:
+    """`svg` as an HTML `<img>` of a base64 `data:` URI, its first `<title>` as the alt text;
+    "" for an empty `svg`. The same text as `helpers.pictures.svg_img` (tests/
+    test_stored_pictures.py holds them equal), written out here because this package imports
+    no other helper: an untrusted JupyterLab drops inline `<svg>` but keeps this `<img>`."""
+    if not svg.strip():
+        return ""
+    found = _TITLE.search(svg)
+    alt = html.unescape(found.group(1)) if found else "picture"
+    uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return f'<img src="{uri}" alt="{html.escape(alt, quote=True)}"/>'
 
 
 def common_hooks(name: str) -> dict[str, str]:
@@ -144,9 +168,27 @@ class StepViewer(anywidget.AnyWidget):
         state[self.model_id]["state"].pop("_esm")
         return {"version_major": 2, "version_minor": 0, "state": state}
 
+    def picture_at(self, i: int) -> str:
+        """The SVG text step `i` shows (`steps[i]["svg"]`; "" when it has none)."""
+        return str(self.steps[i].get("svg", ""))
+
+    def static_html(self) -> str:
+        """The viewer at its start step as static HTML: the step's picture as an `<img>`
+        (`svg_img`) above the text twin in a `<pre>`. The `text/html` of its display."""
+        body = f"<pre>{html.escape(self._text, quote=False)}</pre>" if self._text else ""
+        return (
+            f'<div class="{self.name}-step-static">{svg_img(self.picture_at(self.step))}'
+            f"{body}</div>"
+        )
+
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict, dict]:
         view = {"version_major": 2, "version_minor": 0, "model_id": self.model_id}
-        data = {"text/plain": self._text, WIDGET_VIEW_MIME: view, STATE_MIME: self.embed_state()}
+        data = {
+            "text/plain": self._text,
+            "text/html": self.static_html(),
+            WIDGET_VIEW_MIME: view,
+            STATE_MIME: self.embed_state(),
+        }
         return data, {}
 
 
@@ -196,6 +238,17 @@ class TimelineViewer(StepViewer):
         "action": "g.action[data-rank][data-kind][data-mb][data-active]",
     }
     picture = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, steps: list[dict[str, Any]], start: int = 0, text: str = "", **kwargs):
+        if start != 0:  # the static copy (`static_html`) shows `picture` as Python drew it
+            raise ValueError(
+                f"a timeline viewer starts at slot 0, where `picture` is drawn, not at {start}"
+            )
+        super().__init__(steps, start=start, text=text, **kwargs)
+
+    def picture_at(self, i: int) -> str:
+        """The one picture, drawn at slot 0 (the module moves its band; Python draws no other)."""
+        return self.picture if i == 0 else ""
 
 
 class RingAttentionViewer(StepViewer):
@@ -260,9 +313,14 @@ __all__ = [
 def with_modules(state: dict[str, Any]) -> dict[str, Any]:
     """A copy of a widget state (`{model id: model}`, as `embed_state()["state"]`) in which
     each viewer's model has its ES module's text (`_esm`, from its file) again; the HTML manager
-    needs it to draw the viewer. Raises ValueError for a viewer this module does not know."""
+    needs it to draw the viewer (and each prediction of `helpers.viewers.predict`, which notebooks
+    display themselves, its module). Raises ValueError for a viewer this module does not know."""
     out = json.loads(json.dumps(state))
     for model_id, model in out.items():
+        kind = model["state"].get("_prediction")  # helpers.viewers.predict: not a step viewer
+        if kind is not None:  # its module and anywidget's id (the stored state names it so)
+            model["state"].update(_esm=esm_path("predict").read_text(), _anywidget_id=kind)
+            continue
         anywidget_id = model["state"].get("_anywidget_id")
         if anywidget_id is None:
             continue  # a layout
