@@ -111,7 +111,9 @@ def test_one_registry() -> None:
     assert all(VIEWERS[f"helpers.viewers.{cls.__name__}"] is cls for cls in VIEWER_CLASSES)
     assert {cls.__name__ for cls in VIEWER_CLASSES} <= set(helpers.viewers.__all__)
     assert len(set(NAMES)) == len(NAMES) and all(esm_path(n).is_file() for n in NAMES)
-    assert sorted(p.stem for p in esm_path("x").parent.glob("*.js")) == sorted([*NAMES, "slider"])
+    # the other modules: what the viewers share, and the prediction widget's (tests/test_predict.py)
+    others = ["slider", "predict"]
+    assert sorted(p.stem for p in esm_path("x").parent.glob("*.js")) == sorted([*NAMES, *others])
     for cls in VIEWER_CLASSES:
         assert cls._esm == esm(cls.name), cls
         assert list(cls.hooks)[:4] == list(common_hooks(cls.name)) and "picture" in cls.hooks

@@ -41,6 +41,7 @@ the tests, judges and catalog entries behind it, is docs/code_map.md, generated 
     operator_path      one operator through every layer, read from the installed torch
     pictures           SVG pictures for the step viewers (pure functions)
     viewers            anywidget step viewers that replay recorded data in the browser
+    viewers.predict    predict, then see: the reader commits a number, then sees the answer
     exercises          check(): the exercises' judges (exercises/nbNN.py) and their helpers
     exercises.i18n     the exercises' messages in English or Chinese (locale/zh/exercises.po)
 """
