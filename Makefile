@@ -23,7 +23,7 @@ PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 TIMINGS := _build/timings
 
 .PHONY: help lab student student-lab student-check test test-lax unit execute zh course map lint bench system-deps slides-deps widgets-deps book \
-	slides slurm-check clean timings
+	slides present slurm-check clean timings
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -180,8 +180,11 @@ map: $(STAMP) ## docs/code_map.md: notebook sections -> helpers -> tests, judges
 book: $(STAMP) widgets-deps ## the rendered book of every notebook from its stored outputs, in _build/book
 	$(BIN)/python tools/book.py --out _build/book
 
-slides: $(STAMP) slides-deps ## reveal.js slides of notebooks (NB=path to pick one) in _build/slides
+slides: $(STAMP) slides-deps ## lecture slides (reveal.js, offline, stored outputs) of notebooks (NB=path to pick one) in _build/slides
 	$(BIN)/python tools/slides.py export --out _build/slides $(NB)
+
+present: $(STAMP) ## present NB=path with RISE (Alt+R) from a copy in _build/present: notebooks/ is never saved
+	$(BIN)/python tools/slides.py present $(NB) --ip=$(LAB_IP) $(ROOT_FLAG)
 
 lint: $(STAMP) ## ruff over code and notebooks
 	$(BIN)/ruff check src tests benchmarks notebooks solutions tools book conftest.py
