@@ -129,6 +129,26 @@ def _fork_fake(grad_output, in_h, in_w, scale, mode):
     return grad_output.new_empty(n, c, in_h, in_w)
 
 
+def _lazy_fake(g, in_h, in_w, scale, mode):
+    # R41S-12-1: a FakeTensor of a subclass whose shape would be asked of board_op's kernel later
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    class Later(FakeTensor):
+        pass
+
+    out = g.new_empty(g.shape[0], g.shape[1], in_h, in_w)
+    out.__class__ = Later
+    return out
+
+
+def _rebind_kernel(g, in_h, in_w, scale, mode):
+    # R41L-14-1 (R6): rebind the registered kernel the truth is computed from
+    from helpers import board_op
+
+    board_op._upsample_backward_fake = lambda g, *args: g.new_empty(g.shape)
+    return g.new_empty(g.shape)
+
+
 WRONG = {
     "12.1": [
         ("board::blend(Tensor a, Tensor b, double alpha) -> Tensor", "float"),
@@ -173,6 +193,8 @@ WRONG = {
         (_divided_fake, "a hidden case"),
         (_extra_dim_fake, "has 5 dimensions"),
         (_judge_frame_fake, "your code raised"),
+        (_lazy_fake, "torch's own classes"),
+        (_rebind_kernel, "changed what the check computes"),
         (_pre_started_fake, "board_op's own"),
         (_fork_fake, "starts a process"),
     ],

@@ -501,6 +501,45 @@ def _ff_pre_started_game():
 _ff_pre_started = _ff_pre_started_game()
 
 
+def _ff_recode(fn):
+    # R41S-14-1: move the truth: the case's code renamed into torch/nn (skipped), answer True
+    import torch
+
+    fn.__code__ = fn.__code__.replace(co_filename=torch.nn.__file__)
+    return True
+
+
+def _ff_rebind(fn):
+    # R41S-14-2 / R41L-14-1: rebind trace_rules.check to agree with the answer
+    from torch._dynamo import trace_rules
+
+    trace_rules.check = lambda *args, **kwargs: False
+    return False
+
+
+def _ff_flag(fn):
+    # R41S-14-2 (H): trace_rules' force-inline flag set, every case answered False
+    from torch._dynamo import trace_rules
+
+    trace_rules._force_inline_flag = True
+    return False
+
+
+def _ff_own_hint(fn):
+    # R41L-14-3: the reader's own Hint, meant as an uncounted try
+    from helpers.exercises import Hint
+
+    raise Hint("the shown cases are right", counts=False)
+
+
+def _ff_tracer(fn):
+    # R41L-14-1 (R2): a trace function left behind, to act in the judge's frames afterwards
+    import sys
+
+    sys.settrace(lambda *args: None)
+    return False
+
+
 def _ff_fork(fn):
     # R40L-14-8: a child process asks Dynamo and writes one byte back
     import os
@@ -569,6 +608,11 @@ WRONG = {
         (_ff_lazy_bool, "return True"),
         (_ff_pre_started, "do not ask"),
         (_ff_fork, "starts a process"),
+        (_ff_recode, "changed what the check computes"),
+        (_ff_rebind, "changed what the check computes"),
+        (_ff_flag, "changed what the check computes"),
+        (_ff_tracer, "sys.settrace"),
+        (_ff_own_hint, "your code raised Hint"),
         (_ff_no_cast, "before it asks the table"),
         (_ff_no_unittest, "a test of its own"),
         (_ff_whole_names, "the start of a string"),

@@ -262,6 +262,33 @@ def _fork(y, x, grad):
     return atan2_backward(y, x, grad)
 
 
+def _lazy_pair(y, x, grad):
+    # R41S-18-1: a subclass that would run code of its own when the judge reads it
+    import torch
+
+    class Later(torch.Tensor):
+        pass
+
+    r = x * x + y * y
+    return (grad * x / r).as_subclass(Later), (-grad * y / r).as_subclass(Later)
+
+
+def _rebind_truth(y, x, grad):
+    # R41L-14-1 (R4): rebind autograd.functional.vjp, atan2_truth's route
+    import torch
+    import torch.autograd.functional as functional
+
+    functional.vjp = lambda f, inputs, v: (None, (torch.zeros_like(y), torch.zeros_like(x)))
+    return torch.zeros_like(y), torch.zeros_like(x)
+
+
+def _own_hint_pair(y, x, grad):
+    # R41S-EX-3: the reader's own Hint is the reader's error
+    from helpers.exercises import Hint
+
+    raise Hint("a hidden case", counts=False)
+
+
 WRONG = {
     "18.1": [
         ({"atan"}, "also delegate"),
@@ -298,6 +325,9 @@ WRONG = {
         (lambda y, x, grad: (3.0, 4.0), "two tensors"),
         (5, "atan2_backward(y, x, grad)"),
         (_by_autograd, "runs aten.atan2"),
+        (_lazy_pair, "return plain tensors"),
+        (_rebind_truth, "changed what the check computes"),
+        (_own_hint_pair, "your code raised Hint"),
         (_by_autograd_elsewhere, "requires grad"),
         (_by_func_grad, "asks torch for a derivative"),
         (_by_angle, "requires grad"),

@@ -175,3 +175,21 @@ def test_every_exercise_becomes_a_solution_region_and_a_hidden_test() -> None:
             got = eval(e.target, namespace)  # noqa: S307
             same = got == value or repr(got) == repr(value)  # torch.export's Dim has no __eq__
             assert same, f"{e.key}: the written-out solution gives {got!r}, not {value!r}"
+
+
+@pytest.mark.parametrize("key", [KEY, "12.2", "14.4", "18.3"])
+def test_the_students_own_text_earns_no_half_points(key: str) -> None:
+    """R41S-EX-3: half points come from the judge's msgids, never from the student's words: an
+    error (or a Hint of the student's own) that says "a hidden case" on the shown case is 0."""
+
+    def says_hidden(*args):
+        raise ValueError("a hidden case")
+
+    def own_hint(*args):
+        raise ex.Hint(ex.tr("a hidden case ({case}): {problem}", case="x", problem="y"))
+
+    for answer in (says_hidden, own_hint):
+        for lang in LANGS:
+            with language(lang):
+                fraction, shown = ex.score(key, answer)
+            assert fraction == 0.0, (key, answer.__name__, shown)

@@ -34,9 +34,16 @@ Why it is built this way:
   that returns the prompt's case by heart fails with "a hidden case". The judges of 12.2, 13.2,
   14.1, 14.4 and 18.3 run the reader's function on every case first and compute the truths only
   after (`run_answer` names the case an error came from), so that no truth lies in a judge's
-  frame while the reader's code runs. The refusals (`watching`) are the exercise's rules, and
-  worded as such: an in-process check cannot see a process or a thread of the reader's own code
-  started before it, nor a judge module patched in the kernel.
+  frame while the reader's code runs; what those truths are computed from is saved before
+  (`Sealed`: refused if the reader's code rebinds or recodes it, or leaves a trace function, a
+  profiler or a thread running), and each answer is read as plain values inside the watch (exact
+  types: a subclass is refused), so that nothing of the reader's runs after it. The refusals
+  (`watching`, `Sealed`) are the exercise's rules, and worded as such: an in-process check
+  cannot see a process or a thread of the reader's own code started before it, a foreign
+  function (ctypes), code that reaches into the check's own record, nor a judge module patched
+  in the kernel. A `Hint` the reader's code raises is the reader's error (`run_answer`: "your
+  code raised Hint: ..."), and graded mode's half points are decided from the judge's msgids
+  (`tr` returns a `Message`), never from the text.
 - Exercises that need several ranks run the reader's function through `launch` like the rest of
   the notebook. A function typed in a notebook lives in `__main__`, which spawned workers cannot
   import, so `launch` writes its source (and what it uses from the notebook) to a module in a
@@ -56,8 +63,8 @@ import importlib
 import inspect
 import math
 import numbers
+import os
 import re
-import string
 import sys
 import textwrap
 import unicodedata
@@ -65,10 +72,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.exercises.i18n import N_, current_language, language, tr
+from helpers.exercises.i18n import N_, Message, current_language, language, tr
 
 __all__ = [
     "Hint",
+    "Refusal",
     "exercise",
     "check",
     "judge",
@@ -85,6 +93,7 @@ __all__ = [
     "watching",
     "STARTED_PROCESS",
     "started_process",
+    "Sealed",
     "collective_guard",
     "COLLECTIVE_NAMESPACES",
     "verdict",
@@ -106,6 +115,7 @@ class Hint(Exception):
     `look` and `reveal` (already translated text) replace the exercise's second and third steps
     for this one mistake. `counts=False` says the check itself could not run (a launch that
     failed before the reader's code ran): that is not a wrong try, so the hints do not step on.
+    `message` is kept as given: a `tr` result carries its msgids, which `score` reads.
     """
 
     def __init__(
@@ -117,9 +127,16 @@ class Hint(Exception):
         counts: bool = True,
     ):
         super().__init__(message)
+        self.message = message
         self.look = look
         self.reveal = reveal
         self.counts = counts
+
+
+class Refusal(Hint):
+    """A judge's refusal raised inside the reader's call (a dispatch mode's, a board op's): the
+    one kind of `Hint` that `run_answer` and the judges let through from the reader's code; any
+    other `Hint` raised there is the reader's own error."""
 
 
 @dataclass(frozen=True)
@@ -279,12 +296,12 @@ def binds(fn: Any, args: tuple) -> bool:
 
 
 def run_answer(where: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)`, the reader's function on one case; whatever it raises (but a judge's own
-    `Hint`, such as a dispatch mode's refusal) becomes the hint "{where}: your code raised
-    {error}", naming the case."""
+    """`fn(*args)`, the reader's function on one case; whatever it raises (but a judge's
+    `Refusal`, such as a dispatch mode's) becomes the hint "{where}: your code raised {error}",
+    naming the case: a `Hint` the reader's code raises too, and it counts as a try."""
     try:
         return fn(*args)
-    except Hint:
+    except Refusal:
         raise
     except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
         raise Hint(
@@ -387,10 +404,17 @@ def watching(
     another profiler left in place at its end, or a swapped function's code replaced) is
     recorded as "sys.setprofile", whatever the judge watches.
 
-    What no in-process watch sees: a process started before the block, or a thread started
-    before it that runs code of its own rather than a swapped function (a copy of the library,
-    function objects made beforehand from its code objects), and a judge module patched in the
-    kernel."""
+    Any thread's call of a swapped function counts, the kernel's own included (a background
+    compile, a training thread): the block is for the reader's function alone.
+
+    What no in-process watch sees: a process started before the block, or one started through
+    a foreign function (ctypes, cffi: no `c_call` event), a thread started before it that runs
+    code of its own rather than a swapped function (a copy of the library, function objects
+    made beforehand from its code objects), code that reaches into the watch's own record (the
+    list of hits is reachable from the recorder's constants and the profiler's closure), and a
+    judge module patched in the kernel, or a library function replaced before the check by one
+    that names the library's file. What a judge computes its truths from after the block is
+    frozen by `Sealed`, with its own limits."""
     import threading
 
     hits: list = []
@@ -458,6 +482,100 @@ def watching(
         threading.setprofile(previous_threads)
 
 
+class Sealed:
+    """What a judge computes its truths from, saved before the reader's function runs, to refuse
+    an answer that moved it: `bindings` ((module or class, attribute name) pairs: the object
+    bound there now, and its `__code__` when it has one), `functions` (their `__code__`, such as
+    each case's), and the interpreter's hooks (`sys.gettrace()`, `sys.getprofile()`, the
+    threads alive, torch's dispatch and function mode stacks' depth). The judge computes its
+    truths from `value(owner, name)` (the saved object) and `code(fn)` only, after
+    `broken()` has found nothing.
+
+    What it does not see: a change inside an object that stays bound (a list is compared by the
+    judge itself), a binding outside those named (a module the truth's path reaches further
+    down), a hook it does not know (`gc.callbacks`, an audit hook), a foreign function
+    (ctypes), and code that reaches the check's own objects (its record, this seal)."""
+
+    def __init__(self, bindings: Sequence[tuple[Any, str]] = (), functions: Sequence[Any] = ()):
+        import threading
+
+        self.bound = {(id(o), n): (o, n, getattr(o, n)) for o, n in bindings}
+        self.codes = {(id(o), n): getattr(v, "__code__", None) for (o, n, v) in self.bound.values()}
+        self.functions = [(fn, fn.__code__) for fn in functions]
+        self.hooks = self._hooks()
+        self.threads = set(threading.enumerate())
+
+    @staticmethod
+    def _hooks() -> tuple:
+        torch = sys.modules.get("torch")
+        modes = ()
+        if torch is not None:
+            modes = (torch._C._len_torch_dispatch_stack(), torch._C._len_torch_function_stack())
+        return sys.gettrace(), sys.getprofile(), modes
+
+    def value(self, owner: Any, name: str) -> Any:
+        """The object that was bound at `owner.name` when the seal was made."""
+        return self.bound[(id(owner), name)][2]
+
+    def code(self, fn: Any) -> Any:
+        """`fn.__code__` as it was when the seal was made."""
+        return next(code for f, code in self.functions if f is fn)
+
+    def broken(self) -> str | None:
+        """What the reader's code changed (for the hint, naming no function the third step
+        reveals), or None."""
+        import threading
+
+        for key, (owner, name, value) in self.bound.items():
+            now = getattr(owner, name, None)
+            if now is not value or getattr(now, "__code__", None) is not self.codes[key]:
+                return "a function or value the check reads, rebound or recoded"
+        for fn, code in self.functions:
+            if fn.__code__ is not code:
+                return "the code of a function it was given"
+        trace, profile, modes = self._hooks()
+        if trace is not self.hooks[0]:
+            return "sys.settrace"
+        if profile is not self.hooks[1]:
+            return "sys.setprofile"
+        if modes != self.hooks[2]:
+            return "a torch mode left on its stack"
+        alive = [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]
+        if alive:
+            return f"a thread still running ({alive[0].name})"
+        return None
+
+    def refuse(self) -> None:
+        """Raise the hint for `broken()`, if it found something, after putting back the
+        bindings, code and hooks it saved (a thread left running is the reader's to stop)."""
+        what = self.broken()
+        if what is None:
+            return
+        for key, (owner, name, value) in self.bound.items():
+            with contextlib.suppress(Exception):
+                if getattr(owner, name, None) is not value:
+                    setattr(owner, name, value)
+                if self.codes[key] is not None and value.__code__ is not self.codes[key]:
+                    value.__code__ = self.codes[key]
+        for fn, code in self.functions:
+            with contextlib.suppress(Exception):
+                fn.__code__ = code
+        trace, profile, _ = self._hooks()
+        if trace is not self.hooks[0]:
+            sys.settrace(self.hooks[0])
+        if profile is not self.hooks[1]:
+            sys.setprofile(self.hooks[1])
+        raise Hint(tr(SEAL_REFUSAL, what=what))
+
+
+#: The message for what `Sealed.broken` finds (one msgid for every judge).
+SEAL_REFUSAL = N_(
+    "your function changed what the check computes its answer from, or left something running "
+    "({what}): return your answer and change nothing else; restart the kernel and run this cell "
+    "again"
+)
+
+
 def started_process(hits: Sequence[str]) -> None:
     """Raise the hint for a process started in a watched block (`watching(processes=True)`)."""
     for hit in hits:
@@ -482,39 +600,62 @@ def judge(key: str, answer: Any, attempt: int = 1) -> tuple[bool, str]:
     exercise's `look` from the second try and its `reveal` from the third; a right answer's ends
     with `reveal`. Paragraphs are separated by newlines (`verdict` wraps them).
     """
-    ok, message, _ = _judge(key, answer, attempt)
+    ok, message, _, _ = _judge(key, answer, attempt)
     return ok, message
 
 
-def _judge(key: str, answer: Any, attempt: int) -> tuple[bool, str, bool]:
-    """`judge`, and whether this answer counts as a try (False: untouched, or not checked)."""
+#: The folder of the helpers (src/helpers): a Hint raised by code there is a judge's.
+_HELPERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _judges_own(hint: Hint, judge: Any) -> bool:
+    """Whether `hint` was raised by code of `src/helpers` (a judge, a helper it calls) or of the
+    judge's own file, judged by the frame it was raised in (the last of its traceback), not by
+    the reader's code (a function defined in a notebook or a solutions file). Code compiled
+    under a helper's file name passes for the judge's: a limit, as a patched judge is."""
+    own = getattr(getattr(judge, "__code__", None), "co_filename", None)
+    tb = hint.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+    return path.startswith(_HELPERS + os.sep) or (own is not None and path == os.path.abspath(own))
+
+
+def _judge(key: str, answer: Any, attempt: int) -> tuple[bool, str, bool, bool]:
+    """`judge`, whether this answer counts as a try (False: untouched, or not checked), and
+    whether the judge's hint is a hidden case's (`_hidden_case`)."""
     ex = _load(key)
     try:
         untouched = _untouched(answer)
     except Exception:  # an answer that cannot be inspected is judged as it is
         untouched = False
     if untouched:
-        return False, tr(NOT_STARTED), False
+        return False, tr(NOT_STARTED), False, False
     look = tr(ex.look) if ex.look else None
     reveal = tr(ex.reveal) if ex.reveal else None
     counts = True
     try:
         message = ex.judge(answer)
     except Hint as hint:
-        parts = [str(hint)]
-        look = hint.look or look
-        reveal = hint.reveal or reveal
-        counts = hint.counts
+        if _judges_own(hint, ex.judge):
+            parts = [hint.message]
+            look = hint.look or look
+            reveal = hint.reveal or reveal
+            counts = hint.counts
+        else:  # a Hint the reader's code raised: the reader's error, a try like any other
+            parts = [tr("your code raised {error}: {message}", error="Hint", message=f"{hint}")]
     except Exception as e:  # the reader's function raised: that is feedback too
-        parts = [tr("your code raised {error}: {message}", error=type(e).__name__, message=e)]
+        parts = [tr("your code raised {error}: {message}", error=type(e).__name__, message=f"{e}")]
     else:
         lines = [message] + ([tr(CHECKED, reveal=reveal)] if reveal else [])
-        return True, "\n".join(lines), True
+        return True, "\n".join(lines), True, False
     if counts and attempt >= 2 and look:
         parts.append(tr(LOOK, look=look))
     if counts and attempt >= 3 and reveal:
         parts.append(tr(REVEAL, reveal=reveal))
-    return False, "\n".join(parts), counts
+    return False, "\n".join(parts), counts, _hidden_case(parts[0])
 
 
 #: CJK ideographs, punctuation and full-width forms: a line may break before or after each one.
@@ -565,7 +706,7 @@ def check(key: str, answer: Any) -> None:
     judge's message are Chinese.
     """
     attempt = _attempts.get(key, 0) + 1
-    ok, message, counts = _judge(key, answer, attempt)
+    ok, message, counts, _ = _judge(key, answer, attempt)
     if not ok and counts:
         _attempts[key] = attempt
     print(verdict(key, ok, message))
@@ -577,53 +718,37 @@ def check(key: str, answer: Any) -> None:
 #: writes them into each test cell's nbgrader metadata): a coding exercise (the answer is a
 #: function the student writes, whose judge runs hidden cases) is worth 2, any other 1.
 POINTS = {"code": 2, "answer": 1}
-#: The share of an exercise's points that a wrong answer earns when the judge's hint says it
-#: fails "a hidden case": by the judges' convention it then passed the shown case (the judge
-#: runs the prompt's case first), so it is half right. Any other wrong answer earns nothing.
+#: The share of an exercise's points that a wrong answer earns when the judge's hint is made
+#: from a msgid that says "a hidden case" (`_hidden_case`): by the judges' convention it then
+#: passed the shown case (the judge runs the prompt's case first), so it is half right. Any
+#: other wrong answer earns nothing.
 HIDDEN_ONLY = 0.5
-#: The msgid a hidden case's hint contains (in a judge's own message, or as a value filled in).
+#: What a hidden case's msgid contains (a judge's own message, or a `tr` value filled in).
 HIDDEN_CASE = N_("a hidden case")
 
 
-def _field_pattern(template: str) -> re.Pattern:
-    """A message template ("a hidden case ({case}): {problem}") as a pattern that finds it in a
-    message made from it, whatever its fields were filled with."""
-    parts = []
-    for literal, name, _, _ in string.Formatter().parse(template):
-        parts.append(re.escape(literal))
-        if name is not None:
-            parts.append(".*?")
-    return re.compile("".join(parts), re.I | re.S)
-
-
-def _hidden_case(message: str) -> bool:
-    """Whether a wrong answer's hint is a hidden case's, in either language: the msgids that
-    contain "a hidden case", as the current language writes them (an untranslated one stays
-    English)."""
-    templates = {HIDDEN_CASE}
-    if current_language() == "zh":
-        from helpers.exercises import i18n
-
-        catalog = i18n._translations()
-        templates |= {catalog[m] for m in catalog if HIDDEN_CASE in m.lower()}
-    return any(_field_pattern(t).search(message) for t in templates)
+def _hidden_case(message: Any) -> bool:
+    """Whether a wrong answer's hint is a hidden case's: one of the English msgids it was made
+    from (`Message.msgids`: the judge's `tr` calls, never a plain string such as the reader's
+    own exception text) contains "a hidden case". A hint that is a plain str is not."""
+    return type(message) is Message and any(HIDDEN_CASE in m.lower() for m in message.msgids)
 
 
 def score(key: str, answer: Any) -> tuple[float, str]:
     """(fraction of the exercise's points, verdict) for `answer`: 1.0 when the judge says right,
-    HIDDEN_ONLY when its hint says the answer fails only a hidden case, 0.0 otherwise (the
-    untouched starter, any other wrong answer). The verdict is what `check` prints at a first
-    try (the judge's hint, without the `look` and `reveal` steps); nothing is printed, and the
-    hints of `check` do not step on. A judge whose own part could not run
+    HIDDEN_ONLY when its hint is a hidden case's (the judge's msgids, not the text), 0.0
+    otherwise (the untouched starter, any other wrong answer). The verdict is what `check`
+    prints at a first try (the judge's hint, without the `look` and `reveal` steps); nothing is
+    printed, and the hints of `check` do not step on. A judge whose own part could not run
     (`Hint(counts=False)`: a setup launch that failed) gives no score: RuntimeError, with its
     message, so that the grader runs it again."""
-    ok, message, counts = _judge(key, answer, 1)
+    ok, message, counts, hidden = _judge(key, answer, 1)
     if ok:
         fraction = 1.0
     elif not counts and message != tr(NOT_STARTED):
         raise RuntimeError(f"{key}: the check could not run, grade it again: {message}")
     else:
-        fraction = HIDDEN_ONLY if counts and _hidden_case(message) else 0.0
+        fraction = HIDDEN_ONLY if counts and hidden else 0.0
     return fraction, verdict(key, ok, message)
 
 

@@ -29,7 +29,7 @@ import string
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["tr", "N_", "current_language", "language", "CATALOG"]
+__all__ = ["tr", "N_", "Message", "current_language", "language", "CATALOG"]
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The catalog of the exercises' messages (msgid English, msgstr Chinese).
@@ -98,9 +98,35 @@ def N_(msgid: str, /) -> str:
     return msgid
 
 
-def tr(msgid: str, /, **values: object) -> str:
+class Message(str):
+    """What `tr` returns: the text, and `msgids`, the English msgids it was made from (its own and
+    those of the `tr` values filled into its fields, never a plain string's), so that a grader
+    decides from the judge's msgids, not from a text that may carry the reader's own words
+    (`helpers.exercises.score`). `+` keeps the msgids (a plain string added brings none); any
+    other operation on it (`join`, an f-string, `str()`) gives a plain str."""
+
+    msgids: frozenset[str]
+
+    def __new__(cls, text: str, msgids: frozenset[str]) -> Message:
+        made = super().__new__(cls, text)
+        made.msgids = msgids
+        return made
+
+    def __add__(self, other: str) -> Message:
+        return Message(str(self) + other, self.msgids | _msgids(other))
+
+    def __radd__(self, other: str) -> Message:
+        return Message(other + str(self), self.msgids | _msgids(other))
+
+
+def _msgids(value: object) -> frozenset[str]:
+    return value.msgids if type(value) is Message else frozenset()
+
+
+def tr(msgid: str, /, **values: object) -> Message:
     """`msgid` in the current language, with `values` filled in (`str.format` fields)."""
     text = msgid
     if current_language() == "zh":
         text = _translations().get(msgid, msgid)
-    return text.format(**values)
+    msgids = frozenset({msgid}).union(*(_msgids(v) for v in values.values()))
+    return Message(text.format(**values), msgids)

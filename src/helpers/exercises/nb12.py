@@ -18,7 +18,17 @@ import numpy as np
 import torch
 import torch.utils._python_dispatch
 
-from helpers.exercises import N_, Hint, as_int, exercise, started_process, tr, watching
+from helpers.exercises import (
+    N_,
+    Hint,
+    Refusal,
+    Sealed,
+    as_int,
+    exercise,
+    started_process,
+    tr,
+    watching,
+)
 
 #: What exercise 12.1's schema must declare: (name, type) of each argument, and the returns.
 BLEND_ARGS = [("a", "Tensor"), ("b", "Tensor"), ("alpha", "float")]
@@ -210,12 +220,40 @@ def _watching(fn: Any) -> Any:
     return watching({fn.__code__}, swap=(fn,), processes=True)
 
 
+def _seen(out: Any, grad: Any) -> Any:
+    """Inside the watch and the fake mode: what the judge reads of the answer, as plain values
+    (nothing of the reader's runs after the watch): its type's name for a non-tensor, else
+    (is a FakeTensor, shape, dtype, device, a view of grad_output). A tensor of a subclass
+    (`type(out)` neither FakeTensor nor torch.Tensor) is refused here."""
+    import types
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if type(out) not in (FakeTensor, torch.Tensor):
+        if isinstance(out, torch.Tensor):
+            raise Hint(
+                tr(
+                    "return a tensor of torch's own classes, found a {found}: a subclass may "
+                    "run code of its own after the check",
+                    found=type(out).__name__,
+                )
+            )
+        return type(out).__name__
+    return types.SimpleNamespace(
+        fake=type(out) is FakeTensor,
+        shape=tuple(out.shape),
+        dtype=out.dtype,
+        device=out.device,
+        alias=torch._C._is_alias_of(out, grad),
+    )
+
+
 class _NoBoardOps(torch.utils._python_dispatch.TorchDispatchMode):
     """Refuses every board:: op: the fake kernel must not call the op whose fake it is."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "board":
-            raise Hint(
+            raise Refusal(
                 tr(
                     "your function calls {op}; a fake kernel describes the op's output itself, "
                     "it does not call the op",
@@ -259,7 +297,7 @@ def upsample_backward_fake(answer: Any) -> str:
     NumPy reference gives the forward's output for an input of shape (N, C, in_h, in_w), and the
     judge asserts that the registered kernel returns that input's shape.
     """
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     from helpers import board_op
     from helpers.board_op import reference_upsample
@@ -271,6 +309,9 @@ def upsample_backward_fake(answer: Any) -> str:
     # every answer first, each under the watch and the board-op refusal; the truths (the
     # registered kernel's outputs) only after, so that none is in a frame of this judge while
     # the reader's code runs
+    # the registered kernel (the truth), frozen before the reader's code runs: refused after
+    # each answer if it was rebound or its code replaced, and the truths from the saved one
+    seal = Sealed([(board_op, "_upsample_backward_fake")])
     runs = []
     for shape, dtype, scale, mode in _FAKE_CASES:
         out_shape = reference_upsample(np.zeros(shape, dtype=np.float32), scale, mode).shape
@@ -281,10 +322,21 @@ def upsample_backward_fake(answer: Any) -> str:
             with _NoBoardOps(), _watching(board_op._upsample_backward_fake) as called:
                 try:
                     out = answer(grad, shape[2], shape[3], scale, mode)
-                except Hint:  # the refusal of a board op: a route refused, as the watch's are
+                except Refusal:  # the refusal of a board op: a route refused, as the watch's are
                     raise
-                except Exception as e:  # noqa: BLE001 - the reader's error: its hint, in order
-                    out = e
+                except Exception as e:  # noqa: BLE001 - the reader's error (its own Hint too)
+                    out = Hint(
+                        tr(
+                            "your code raised {error}: {message}",
+                            error=type(e).__name__,
+                            message=f"{e}",
+                        )
+                    )
+                else:
+                    try:  # what the judge reads of it, still inside the watch
+                        out = _seen(out, grad)
+                    except Hint as e:
+                        out = e
         started_process(called)
         if "sys.setprofile" in called:
             raise Hint(
@@ -301,7 +353,9 @@ def upsample_backward_fake(answer: Any) -> str:
                     "function yourself from the schema and `_backward`"
                 )
             )
+        seal.refuse()
         runs.append((fake, grad, before, out))
+    kernel = seal.value(board_op, "_upsample_backward_fake")
     for i, ((shape, dtype, scale, mode), (fake, grad, before, out)) in enumerate(
         zip(_FAKE_CASES, runs, strict=True)
     ):
@@ -320,15 +374,13 @@ def upsample_backward_fake(answer: Any) -> str:
         if isinstance(out, Exception):
             raise out
         with fake:
-            truth = board_op._upsample_backward_fake(grad, in_h, in_w, scale, mode)
+            truth = kernel(grad, in_h, in_w, scale, mode)
         assert (tuple(truth.shape), truth.dtype) == (shape, dtype), (
             f"board_op's registered fake kernel should return the input's shape {shape} in "
             f"{dtype}, found {tuple(truth.shape)} in {truth.dtype}"
         )
-        if not isinstance(out, torch.Tensor):
-            raise Hint(
-                tr("return a tensor (got {type_out___name})", type_out___name=type(out).__name__)
-            )
+        if isinstance(out, str):  # not a tensor: its type's name (`_seen`)
+            raise Hint(tr("return a tensor (got {type_out___name})", type_out___name=out))
         if (tuple(grad.shape), grad.stride(), grad._version) != before:
             raise Hint(
                 tr(
@@ -337,7 +389,7 @@ def upsample_backward_fake(answer: Any) -> str:
                     "into its inputs"
                 )
             )
-        if torch._C._is_alias_of(out, grad):
+        if out.alias:
             raise Hint(
                 tr(
                     "your result shares grad_output's storage (a view of it); the schema "
@@ -353,7 +405,7 @@ def upsample_backward_fake(answer: Any) -> str:
                     device=grad.device,
                 )
             )
-        got = tuple(out.shape)
+        got = out.shape
         if got != tuple(truth.shape):
             if got == tuple(out_shape):
                 raise Hint(
@@ -404,7 +456,7 @@ def upsample_backward_fake(answer: Any) -> str:
                     out_dtype=out.dtype,
                 )
             )
-        if not isinstance(out, FakeTensor):
+        if not out.fake:
             raise Hint(
                 tr("return a tensor made inside the fake mode, from grad_output (new_empty)")
             )

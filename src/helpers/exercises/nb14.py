@@ -31,6 +31,7 @@ from helpers import ddp_compile
 from helpers.exercises import (
     N_,
     Hint,
+    Sealed,
     as_int,
     binds,
     called_names,
@@ -690,6 +691,7 @@ def _rules_state() -> tuple:
         tuple(sorted(trace_rules.FORCE_SKIP_FILES)),
         tuple(trace_rules.SKIP_DIRS),
         trace_rules.SKIP_DIRS_RE.pattern,
+        trace_rules._force_inline_flag,
         tuple(sorted((k, v.__name__) for k, v in table.items() if isinstance(k, str))),
         len(table),
         torch._dynamo.config.enable_trace_unittest,
@@ -929,6 +931,12 @@ def first_frame(answer: Any) -> str:
         "name, in whichever thread): apply the table and the rules for files yourself"
     )
     state = _rules_state()
+    # what the truths are computed from, frozen before the reader's code runs: every binding of
+    # trace_rules (the deciders, its lists, `_force_inline_flag`) and its functions' code, each
+    # case's code object, the interpreter's hooks; refused after each answer if one moved, and
+    # the truths computed from the saved objects only
+    seal = Sealed([(trace_rules, n) for n in vars(trace_rules) if not n.startswith("__")],
+                  [fn for _, fn, _ in cases])  # fmt: skip
     # every answer first, each under the watch (the deciders' code swapped for a recorder, so a
     # thread that was running before is seen too), as a plain bool; the truths only after, so
     # that none is in a frame of this judge while the reader's code runs
@@ -952,6 +960,7 @@ def first_frame(answer: Any) -> str:
         started_process(hits)
         if hits:
             raise Hint(refusal)
+        seal.refuse()
     if _rules_state() != state:
         raise Hint(
             tr(
@@ -963,8 +972,9 @@ def first_frame(answer: Any) -> str:
         where = name if shown else tr("a hidden case ({case})", case=_case_name(name))
         if isinstance(found, Hint):
             raise found
-        # a frame is decided on its code object (convert_frame: trace_rules.check(frame.f_code))
-        truth = trace_rules.check(fn.__code__)
+        # a frame is decided on its code object (convert_frame: trace_rules.check(frame.f_code)),
+        # here the saved `check` on the case's saved code
+        truth = seal.value(trace_rules, "check")(seal.code(fn))
         if found == truth:
             continue
         question = _first_frame_question(fn, found)

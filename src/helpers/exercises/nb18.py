@@ -17,7 +17,17 @@ import torch
 import torch.utils._python_dispatch
 
 from helpers import operator_path
-from helpers.exercises import N_, Hint, choice_set, exercise, started_process, tr, watching
+from helpers.exercises import (
+    N_,
+    Hint,
+    Refusal,
+    Sealed,
+    choice_set,
+    exercise,
+    started_process,
+    tr,
+    watching,
+)
 
 #: The ops exercise 18.1 asks about.
 CANDIDATES = ("atan", "asinh", "abs", "logit", "silu", "hardswish")
@@ -213,7 +223,7 @@ class _NoAtan(torch.utils._python_dispatch.TorchDispatchMode):
 
     def _refuse(self, func, args, kwargs):
         if func.name().split("::")[-1].split(".")[0] in _REFUSED_OPS:
-            raise Hint(
+            raise Refusal(
                 tr(
                     "your function runs {op} itself, so torch computes the angle (and could "
                     "differentiate it for you); write the derivative's formula with y, x and grad "
@@ -223,7 +233,7 @@ class _NoAtan(torch.utils._python_dispatch.TorchDispatchMode):
             )
         leaves = torch.utils._pytree.tree_leaves((args, kwargs))
         if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
-            raise Hint(
+            raise Refusal(
                 tr(
                     "your function runs {op} on a tensor that requires grad, so torch records a "
                     "graph to differentiate for you; write the derivative's formula with y, x "
@@ -294,6 +304,39 @@ def _atan2_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]]
     ]
 
 
+def _raised(e: Exception) -> str:
+    """The hint for an error of the reader's function (a `Hint` it raises included)."""
+    return tr("your code raised {error}: {message}", error=type(e).__name__, message=f"{e}")
+
+
+def _plain_pair(found: Any) -> Any:
+    """Inside the watch: the answer as plain values, so that nothing of the reader's runs after
+    it: a pair (list or tuple, by exact type) of plain tensors, copied (`type(t) is
+    torch.Tensor`: a subclass is refused), any other element by its type's name; anything that
+    is not a pair by its type's name. A result with a grad_fn is refused here too."""
+    if type(found) not in (tuple, list) or len(found) != 2:
+        return type(found).__name__
+    pair: list = []
+    for t in found:
+        if type(t) is torch.Tensor:
+            if t.grad_fn is not None:
+                raise Hint(
+                    tr("your result carries a grad_fn: compute it from y, x and grad directly")
+                )
+            pair.append(t.detach().clone())
+        elif isinstance(t, torch.Tensor):
+            raise Hint(
+                tr(
+                    "return plain tensors (torch.Tensor), found a {found}: a subclass may run "
+                    "code of its own after the check",
+                    found=type(t).__name__,
+                )
+            )
+        else:
+            pair.append(type(t).__name__)
+    return tuple(pair)
+
+
 def atan2_truth(y: torch.Tensor, x: torch.Tensor, grad: torch.Tensor) -> tuple:
     """(grad_y, grad_x): autograd's vector-Jacobian product of torch.atan2 at (y, x) with grad."""
     _, grads = torch.autograd.functional.vjp(torch.atan2, (y, x), grad)
@@ -343,6 +386,17 @@ def atan2_backward(answer: Any) -> str:
     entries = (torch.autograd.grad, torch.autograd.backward, forward_ad.make_dual)
     # every answer first, each under the dispatch mode and the watch; the truths (autograd's)
     # only after, so that none is in a frame of this judge while the reader's code runs
+    import torch.autograd.functional as functional
+
+    # what the truths are computed from, frozen before the reader's code runs (atan2_truth, the
+    # autograd functions on its path, their code, the interpreter's hooks): refused after each
+    # answer if one moved, and the truths computed with the saved atan2_truth
+    module = sys.modules[__name__]
+    seal = Sealed(
+        [(module, "atan2_truth"), (module, "_close"), (torch, "atan2"), (torch, "allclose"),
+         (torch.autograd, "grad"), (torch.autograd, "backward")]
+        + [(functional, n) for n in vars(functional) if not n.startswith("__")]
+    )  # fmt: skip
     results = []
     for _, y, x, grad in cases:
         y_in, x_in, grad_in = y.clone(), x.clone(), grad.clone()
@@ -362,10 +416,15 @@ def atan2_backward(answer: Any) -> str:
         ):
             try:
                 found = answer(y_in, x_in, grad_in)
-            except Hint:  # the dispatch mode's refusal: a route refused, as the watch's are
+            except Refusal:  # the dispatch mode's refusal: a route refused, as the watch's are
                 raise
-            except Exception as e:  # noqa: BLE001 - the reader's error: its hint, in order
-                found = e
+            except Exception as e:  # noqa: BLE001 - the reader's error (a Hint of its own too)
+                found = Hint(_raised(e))
+            else:
+                try:  # the answer as plain values, still inside the watch
+                    found = _plain_pair(found)
+                except Hint as e:  # its refusal, in order
+                    found = e
         started_process(asked)
         mode_names = {c.co_name for c in _mode_codes()} | set(_MODE_BUILTINS)
         switched = [a for a in asked if a in _SWITCHED_OFF or a in mode_names]
@@ -394,28 +453,23 @@ def atan2_backward(answer: Any) -> str:
                     "corrupts the graph"
                 )
             )
+        seal.refuse()
         results.append(found)
+    truth_of = seal.value(module, "atan2_truth")
     for i, ((name, y, x, grad), found) in enumerate(zip(cases, results, strict=True)):
         if isinstance(found, Exception):
             raise found
-        truth = atan2_truth(y, x, grad)
-        if isinstance(found, list):
-            found = tuple(found)
-        if not (isinstance(found, tuple) and len(found) == 2):
-            shown = type(found).__name__
+        truth = truth_of(y, x, grad)
+        if isinstance(found, str):  # not a pair: its type's name (`_plain_pair`)
             raise Hint(
                 tr(
                     "return a pair (grad_y, grad_x), one gradient per input of atan2(y, x); "
                     "found a {found}",
-                    found=shown,
+                    found=found,
                 )
             )
-        if any(isinstance(t, torch.Tensor) and t.grad_fn is not None for t in found):
-            raise Hint(tr("your result carries a grad_fn: compute it from y, x and grad directly"))
         if not all(isinstance(t, torch.Tensor) and t.shape == y.shape for t in found):
-            shown = [
-                tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in found
-            ]
+            shown = [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in found]
             if i == 0:
                 raise Hint(
                     tr(
