@@ -180,7 +180,10 @@ def test_every_exercise_becomes_a_solution_region_and_a_hidden_test() -> None:
 @pytest.mark.parametrize("key", [KEY, "12.2", "14.4", "18.3"])
 def test_the_students_own_text_earns_no_half_points(key: str) -> None:
     """R41S-EX-3: half points come from the judge's msgids, never from the student's words: an
-    error (or a Hint of the student's own) that says "a hidden case" on the shown case is 0."""
+    error (or a Hint of the student's own) that says "a hidden case" on the shown case is 0.
+    R43S-1 (game K): nor a `Refusal` of the student's own, the one kind of Hint `run_answer` and
+    the judges let through, even given a traceback that ends in src/helpers (`with_traceback`),
+    nor a Hint given one: only a Refusal a judge made (`_refusal`) passes for the judge's."""
 
     def says_hidden(*args):
         raise ValueError("a hidden case")
@@ -188,7 +191,31 @@ def test_the_students_own_text_earns_no_half_points(key: str) -> None:
     def own_hint(*args):
         raise ex.Hint(ex.tr("a hidden case ({case}): {problem}", case="x", problem="y"))
 
-    for answer in (says_hidden, own_hint):
+    def helpers_traceback():
+        try:
+            ex._load("no such key")  # any error raised by code in src/helpers
+        except KeyError as e:
+            return e.__traceback__
+        raise AssertionError("expected _load to raise KeyError")
+
+    def own_refusal(*args):
+        raise ex.Refusal(ex.tr("a hidden case"))
+
+    def borrowed_refusal(*args):  # game K
+        raise ex.Refusal(ex.tr("a hidden case")).with_traceback(helpers_traceback())
+
+    def borrowed_hint(*args):
+        raise ex.Hint(ex.tr("a hidden case")).with_traceback(helpers_traceback())
+
+    def judges_refusal_retold(*args):  # a judge's refusal, its message changed after
+        refusal = ex._refusal(ex.tr("your function starts a process ({call})", call="x"))
+        refusal.message = ex.tr("a hidden case")
+        raise refusal.with_traceback(helpers_traceback())
+
+    assert ex._recorded(ex._refusal("x")) and not ex._recorded(ex.Refusal("x"))
+    answers = (says_hidden, own_hint, own_refusal, borrowed_refusal, borrowed_hint,
+               judges_refusal_retold)  # fmt: skip
+    for answer in answers:
         for lang in LANGS:
             with language(lang):
                 fraction, shown = ex.score(key, answer)

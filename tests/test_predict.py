@@ -216,6 +216,8 @@ def test_stored_predictions_carry_the_catalogs_chinese() -> None:
         }, f"{nb}: stale labels: re-execute notebook {nb}"
         pairs = [(en["question"], cn["question"]), (en["explain"], cn["explain"])]
         pairs += list(zip(en["choices"], cn["choices"], strict=True))
+        assert en["unit"] == state["unit"], f"{nb}: the English unit is the unit"
+        pairs.append((en["unit"], cn["unit"]))
         for english, stored_zh in pairs:
             if not english:
                 continue
@@ -229,6 +231,73 @@ def test_stored_predictions_carry_the_catalogs_chinese() -> None:
                 wrong.append(f"{nb}: {english[:50]!r}: stale Chinese, re-execute notebook {nb}")
     assert not wrong, "\n".join(wrong)
     assert set(chinese) <= used, f"catalog entries no prediction shows: {set(chinese) - used}"
+
+
+# --- no giveaway: a prediction's answer is not on the page before its commit ----------------------
+_SVG_TEXT = re.compile(r"<text\b[^>]*>(.*?)</text>", re.S)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _shown(output: dict) -> str:
+    """What a reader sees of one stored output: its text, its HTML's and its SVG's text (not a
+    widget's stored state, which no view shows before a commit)."""
+    if "text" in output:
+        return "".join(output["text"])
+    data = output.get("data", {})
+    if "image/svg+xml" in data:
+        return " ".join(_SVG_TEXT.findall("".join(data["image/svg+xml"])))
+    if "text/html" in data:
+        return _TAG.sub(" ", "".join(data["text/html"]))
+    return "".join(data.get("text/plain", ""))
+
+
+def _answer_forms(answer: int | float) -> list[re.Pattern]:
+    """The answer as a page would print it, each a whole number on its own (33, not 133 or 3.3):
+    a whole number as it is and with thousands commas; another to 4 significant digits (the
+    widget's) and to 3."""
+    if isinstance(answer, int):
+        forms = {str(answer), f"{answer:,}"}
+    else:
+        forms = {f"{float(f'{answer:.{d}g}'):g}" for d in (3, 4)}
+    return [re.compile(rf"(?<![\w.]){re.escape(f)}(?!\w|\.\d)") for f in sorted(forms)]
+
+
+def test_no_prediction_is_answered_above_it() -> None:
+    """R42L: for each stored prediction of a number, its answer (as a page would print it) is in
+    no output and no markdown cell above it, English or Chinese, nor in the first output after
+    it when that is a viewer's (a widget's view, which opens on its first step while the
+    question is open). A cell that prints the number after the prediction is its reveal; a
+    choice's answer is a name the page uses anyway, so a reader checks those."""
+    wrong, seen = [], 0
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cells = nbformat.read(path, 4).cells
+        twin = {c.id: c for c in nbformat.read(ROOT / "notebooks" / "zh" / path.name, 4).cells}
+        for i, cell in enumerate(cells):
+            for output in cell.get("outputs", []):
+                models = output.get("data", {}).get(STATE_MIME, {}).get("state", {}).values()
+                for m in (m["state"] for m in models if m["state"].get("_prediction") == pr.KIND):
+                    if m["choices"]:
+                        continue
+                    seen += 1
+                    above = []
+                    for c in cells[:i]:
+                        if c.cell_type == "markdown":
+                            above += [c.source, twin[c.id].source if c.id in twin else ""]
+                        above += [_shown(o) for o in c.get("outputs", [])]
+                    after = next((c for c in cells[i + 1 :] if c.get("outputs")), None)
+                    first = after.outputs[0] if after is not None else {}
+                    if WIDGET_VIEW_MIME in first.get("data", {}):
+                        above.append(_shown(first))
+                    for form in _answer_forms(m["answer"]):
+                        hits = [t for t in above if form.search(t)]
+                        for text in hits[:1]:
+                            at = form.search(text).start()
+                            wrong.append(
+                                f"{path.name[:2]} {cell.id}: the answer {form.pattern!r} is "
+                                f"shown before the commit: ...{text[max(0, at - 60) : at + 30]!r}"
+                            )
+    assert seen >= 6, f"expected the stored number predictions, found {seen}"
+    assert not wrong, "\n".join(wrong)
 
 
 # --- in the browser: the book's way, with no kernel -----------------------------------------------
@@ -259,6 +328,7 @@ def site(tmp_path_factory):
         _numbered(answer=11592),
         pr.predict("Which collective?", "all_gather", choices=["all_reduce", "all_gather"],
                    explain="FSDP2 all-gathers each layer before its forward."),
+        pr.predict("What fraction?", 3 / 11),  # shown as 0.2727
     ]  # fmt: skip
     cells = []
     for widget in widgets:
@@ -268,10 +338,10 @@ def site(tmp_path_factory):
         cells.append(cell)
         widget.close()
     nb = nbformat.v4.new_notebook(cells=cells)
-    assert book.embed_widgets(nb) == 2
+    assert book.embed_widgets(nb) == 3
     state = nb.metadata["widgets"][book.WIDGET_STATE_MIME]
     models = [m["state"] for m in state["state"].values() if "_prediction" in m["state"]]
-    assert len(models) == 2 and all(m["_esm"].startswith("// Predict") for m in models), (
+    assert len(models) == 3 and all(m["_esm"].startswith("// Predict") for m in models), (
         "staging (helpers.viewers.with_modules) should give each prediction its ES module back"
     )
     views = "".join(
@@ -316,7 +386,11 @@ VIEWS = """() => Array.from(document.querySelectorAll('.predict-view'), v => ({
 WANT = {
     "en": {
         "heading": "Predict, then commit",
-        "question": ["How many bytes does a rank hold of the shard?", "Which collective?"],
+        "question": [
+            "How many bytes does a rank hold of the shard?",
+            "Which collective?",
+            "What fraction?",
+        ],
         "need_number": "Type a number, then commit.",
         "you": "Your prediction: 11000 B",
         "answer": "The answer: 11592 B",
@@ -326,7 +400,11 @@ WANT = {
     },
     "zh-CN": {
         "heading": "先预测，再提交",
-        "question": ["How many bytes does a rank hold of the shard?", "Which collective?"],
+        "question": [
+            "How many bytes does a rank hold of the shard?",
+            "Which collective?",
+            "What fraction?",
+        ],
         "need_number": "先输入一个数，再提交。",
         "you": "你的预测：11000 B",
         "answer": "答案：11592 B",
@@ -343,7 +421,7 @@ def test_commit_then_see_in_the_static_page(site, browser, lang: str) -> None:
     commit neither the answer nor the explanation is in the view; an empty commit asks for a
     number; after one, the view shows the prediction, the answer, the error and why."""
     want = WANT[lang]
-    ready = "document.querySelectorAll('.predict-view').length === 2"
+    ready = "document.querySelectorAll('.predict-view').length === 3"
     with visit(browser, f"{site}{lang}.html", ready=ready) as (page, record):
         before = page.evaluate(VIEWS)
         assert [v["question"] for v in before] == want["question"], before
@@ -380,24 +458,32 @@ def test_commit_then_see_in_the_static_page(site, browser, lang: str) -> None:
 
 
 def test_relative_error_words(site, browser) -> None:
-    """The error as the reader reads it: a percent within a factor of 2, else a ratio; exact."""
+    """The error as the reader reads it: a percent within a factor of 2, else a ratio; exact,
+    also for the answer typed as the widget shows it (0.2727 for 3/11); what a reader types:
+    thousands commas, a decimal comma, a fraction (R42L-PW-1, PW-3)."""
     cases = {
-        "11592": "Exactly right.",
-        "12000": "Off by 408 B: 3.5% too high.",
-        "46368": "Off by 34776 B: 4 times the answer.",
-        "-5": "Off by 11597 B.",
+        (0, "11592"): "Exactly right.",
+        (0, "11,592"): "Exactly right.",
+        (0, "11592,0"): "Exactly right.",
+        (0, "12000"): "Off by 408 B: 3.5% too high.",
+        (0, "46368"): "Off by 34776 B: 4 times the answer.",
+        (0, "-5"): "Off by 11597 B.",
+        (2, "0.2727"): "Exactly right.",
+        (2, "0,2727"): "Exactly right.",
+        (2, "3/11"): "Exactly right.",
+        (2, "0,27"): "Off by 0.002727: 1% too low.",
     }
-    for typed, want in cases.items():
+    for (nth, typed), want in cases.items():
         with visit(
             browser, f"{site}en.html", ready="!!document.querySelector('.predict-view')"
         ) as (
             page,
             record,
         ):
-            number = page.locator(".predict-view").nth(0)
+            number = page.locator(".predict-view").nth(nth)
             number.locator(".predict-input").fill(typed)
             number.locator(".predict-commit").click()
-            found = page.evaluate(VIEWS)[0]["error"]
+            found = page.evaluate(VIEWS)[nth]["error"]
             assert found == want, f"typed {typed}: expected {want!r}, found {found!r}"
         assert not record.problems(), record.problems()
 

@@ -66,8 +66,10 @@ import numbers
 import os
 import re
 import sys
+import sysconfig
 import textwrap
 import unicodedata
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -136,7 +138,37 @@ class Hint(Exception):
 class Refusal(Hint):
     """A judge's refusal raised inside the reader's call (a dispatch mode's, a board op's): the
     one kind of `Hint` that `run_answer` and the judges let through from the reader's code; any
-    other `Hint` raised there is the reader's own error."""
+    other `Hint` raised there is the reader's own error. A judge makes it with `_refusal`, which
+    records it: `run_answer` and the judges let through only a recorded one, with the fields it
+    was made with (`_recorded`). A `Refusal` the reader makes, whatever its text and whatever
+    traceback it is given (`with_traceback`), is the reader's own error."""
+
+
+#: Every `Refusal` a judge made (`_refusal`), with the fields it was made with: weakly, so that
+#: a refusal no longer referenced goes. Reaching into it from the reader's code is an
+#: in-process limit, like patching a judge.
+_REFUSALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fields(refusal: Hint) -> tuple:
+    message = refusal.message
+    return (message, str(message), getattr(message, "msgids", None), refusal.look,
+            refusal.reveal, refusal.counts)  # fmt: skip
+
+
+def _refusal(message: str, **kwargs: Any) -> Refusal:
+    """A judge's `Refusal` of `message` (`look`, `reveal`, `counts` as `Hint`), recorded."""
+    refusal = Refusal(message, **kwargs)
+    _REFUSALS[refusal] = _fields(refusal)
+    return refusal
+
+
+def _recorded(hint: BaseException) -> bool:
+    """Whether `hint` is a `Refusal` a judge made (`_refusal`), its fields unchanged since."""
+    try:
+        return isinstance(hint, Refusal) and _REFUSALS.get(hint) == _fields(hint)
+    except TypeError:  # an unhashable subclass: not one a judge made
+        return False
 
 
 @dataclass(frozen=True)
@@ -297,12 +329,17 @@ def binds(fn: Any, args: tuple) -> bool:
 
 def run_answer(where: str, fn: Callable[..., Any], *args: Any) -> Any:
     """`fn(*args)`, the reader's function on one case; whatever it raises (but a judge's
-    `Refusal`, such as a dispatch mode's) becomes the hint "{where}: your code raised {error}",
-    naming the case: a `Hint` the reader's code raises too, and it counts as a try."""
+    `Refusal`, such as a dispatch mode's, made by `_refusal`) becomes the hint "{where}: your
+    code raised {error}", naming the case: a `Hint` or a `Refusal` the reader's code raises
+    too, and it counts as a try."""
     try:
         return fn(*args)
-    except Refusal:
-        raise
+    except Refusal as e:
+        if _recorded(e):  # a judge's, raised inside the reader's call
+            raise
+        raise Hint(  # the reader's own Refusal: its error, like any other
+            tr("{where}: your code raised {error}", where=where, error=f"{type(e).__name__}: {e}")
+        ) from None
     except Exception as e:  # noqa: BLE001 - the reader's code: its error is the hint
         raise Hint(
             tr("{where}: your code raised {error}", where=where, error=f"{type(e).__name__}: {e}")
@@ -608,19 +645,35 @@ def judge(key: str, answer: Any, attempt: int = 1) -> tuple[bool, str]:
 _HELPERS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: Where the Python installation's own code lives (the standard library, site-packages): a frame
+#: there is neither the judge's nor the reader's (a `contextlib` frame between a judge's lines).
+_INSTALLED = tuple(
+    os.path.abspath(sysconfig.get_paths()[k]) + os.sep
+    for k in ("stdlib", "platstdlib", "purelib", "platlib")
+)
+
+
 def _judges_own(hint: Hint, judge: Any) -> bool:
-    """Whether `hint` was raised by code of `src/helpers` (a judge, a helper it calls) or of the
-    judge's own file, judged by the frame it was raised in (the last of its traceback), not by
-    the reader's code (a function defined in a notebook or a solutions file). Code compiled
-    under a helper's file name passes for the judge's: a limit, as a patched judge is."""
+    """Whether `hint` is the judge's, not the reader's (a function defined in a notebook or a
+    solutions file). A `Refusal` is the judge's only when a judge made it (`_recorded`): it is
+    raised inside the reader's call, so its traceback runs through the reader's code. Any other
+    `Hint` is the judge's when no frame of its traceback is the reader's: every frame from where
+    it was caught down to where it was raised is code of `src/helpers` (a judge, a helper it
+    calls), of the judge's own file or of the Python installation. A traceback the reader
+    attaches (`with_traceback`) keeps the frame the reader raised it in, so it cannot pass for
+    the judge's. Code compiled under a helper's file name passes for the judge's: a limit, as a
+    patched judge is."""
+    if isinstance(hint, Refusal):
+        return _recorded(hint)
     own = getattr(getattr(judge, "__code__", None), "co_filename", None)
+    own = os.path.abspath(own) if own is not None else None
     tb = hint.__traceback__
-    if tb is None:
-        return True
-    while tb.tb_next is not None:
+    while tb is not None:
+        path = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not (path.startswith(_HELPERS + os.sep) or path == own or path.startswith(_INSTALLED)):
+            return False
         tb = tb.tb_next
-    path = os.path.abspath(tb.tb_frame.f_code.co_filename)
-    return path.startswith(_HELPERS + os.sep) or (own is not None and path == os.path.abspath(own))
+    return True
 
 
 def _judge(key: str, answer: Any, attempt: int) -> tuple[bool, str, bool, bool]:

@@ -23,6 +23,7 @@ from helpers.exercises import (
     Hint,
     Refusal,
     Sealed,
+    _refusal,
     as_int,
     exercise,
     started_process,
@@ -253,7 +254,7 @@ class _NoBoardOps(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "board":
-            raise Refusal(
+            raise _refusal(
                 tr(
                     "your function calls {op}; a fake kernel describes the op's output itself, "
                     "it does not call the op",

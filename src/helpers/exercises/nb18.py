@@ -22,6 +22,7 @@ from helpers.exercises import (
     Hint,
     Refusal,
     Sealed,
+    _refusal,
     choice_set,
     exercise,
     started_process,
@@ -223,7 +224,7 @@ class _NoAtan(torch.utils._python_dispatch.TorchDispatchMode):
 
     def _refuse(self, func, args, kwargs):
         if func.name().split("::")[-1].split(".")[0] in _REFUSED_OPS:
-            raise Refusal(
+            raise _refusal(
                 tr(
                     "your function runs {op} itself, so torch computes the angle (and could "
                     "differentiate it for you); write the derivative's formula with y, x and grad "
@@ -233,7 +234,7 @@ class _NoAtan(torch.utils._python_dispatch.TorchDispatchMode):
             )
         leaves = torch.utils._pytree.tree_leaves((args, kwargs))
         if any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
-            raise Refusal(
+            raise _refusal(
                 tr(
                     "your function runs {op} on a tensor that requires grad, so torch records a "
                     "graph to differentiate for you; write the derivative's formula with y, x "

@@ -97,8 +97,8 @@ def timeline_svg(
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg"{marks} width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="DejaVu Sans, Arial, sans-serif">',
-        f'<text x="4" y="16" font-size="12">{html.escape(title)} '
-        f"(idle {sim['idle_fraction']:.3f})</text>",
+        # the title without the idle fraction: notebook 16 asks for it before section 5 prints it
+        f'<text x="4" y="16" font-size="12">{html.escape(title)}</text>',
     ]
     for r, row in sorted(intervals.items()):
         y = _TOP + r * _ROW_H

@@ -27,15 +27,23 @@ function fmt(x) {
   return Number.isInteger(x) ? String(x) : String(Number(x.toPrecision(4)));
 }
 
-// "11,592", "1.2e4", "11 592" -> a number; NaN when it is none
+// what the reader typed as a number; NaN when it is none. "11,592", "11 592", "11_592": commas
+// between groups of three digits are thousands; any other single comma is a decimal comma
+// ("0,27"); "3/11" is a fraction; "1.2e4" as JavaScript reads it
 function parse(text) {
-  const raw = String(text).trim().replace(/[,_\s]/g, "");
-  return raw === "" ? NaN : Number(raw);
+  let raw = String(text).trim().replace(/[_\s]/g, "");
+  if (raw === "") return NaN;
+  const fraction = raw.match(/^([^/]+)\/([^/]+)$/);
+  if (fraction) return parse(fraction[1]) / parse(fraction[2]);
+  if (/^[+-]?\d{1,3}(,\d{3})+(\.\d*)?([eE][+-]?\d+)?$/.test(raw)) raw = raw.replace(/,/g, "");
+  else if (/^[^,.]*,[^,.]*$/.test(raw)) raw = raw.replace(",", ".");
+  return /,/.test(raw) ? NaN : Number(raw);
 }
 
-// how far `p` is from `a`: the difference, and a percent (within a factor of 2) or a ratio
+// how far `p` is from `a`: the difference, and a percent (within a factor of 2) or a ratio; the
+// answer typed as the widget shows it (4 significant digits: 0.2727 for 3/11) is exactly right
 function offBy(p, a, unit, labels) {
-  if (p === a) return labels.exact;
+  if (p === a || fmt(p) === fmt(a)) return labels.exact;
   const error = fmt(Math.abs(p - a)) + (unit ? ` ${unit}` : "");
   if (a === 0 || p / a <= 0) return fill(labels.off, { error });
   const ratio = p / a;
@@ -52,7 +60,7 @@ function render({ model, el }) {
   const texts = model.get("texts");
   const t = texts[lang] || texts.en;
   const labels = t.labels;
-  const unit = model.get("unit") || "";
+  const unit = t.unit ?? (model.get("unit") || ""); // the unit in the page's language
   const choices = model.get("choices") || [];
 
   const root = document.createElement("div");

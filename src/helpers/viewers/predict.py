@@ -9,7 +9,7 @@ that shows a key number (`predict(question, answer, ...)`, the answer computed f
 never typed).
 
 What it holds is data only: the question, the answer, its unit, the explanation shown after the
-commit, and every word it shows in English and in Chinese (`texts`; the Chinese from
+commit, and every word it shows (the unit too) in English and in Chinese (`texts`; the Chinese from
 `locale/zh/predict.po`, whose msgids are the English texts and templates, read with polib at
 display time). The display is deterministic, like the viewers': the model id is a hash of that
 data, and next to the widget view it carries the state the book embeds
@@ -21,8 +21,20 @@ data, and next to the widget view it carries the state the book embeds
   Chinese, by the rule of `helpers.exercises.i18n.current_language`); in the book, the page's
   own language decides.
 So the English notebook and its Chinese twin store the same output, and a changed translation is
-a changed output: re-execute the notebook. Its `text/plain` and `text/html` show the question
-only, never the answer: a reader who opens the stored notebook still predicts first.
+a changed output: re-execute the notebook. One effect: the `text/plain` and `text/html` fallback
+(an untrusted notebook, a frontend that does not draw the widget) is the English question, in
+the twin too.
+
+How far the answer is hidden: what is *rendered* (the `text/plain` and `text/html` fallback,
+and the widget's view until the commit: the module puts the answer into the page only then)
+shows the question only. The answer and the filled explanation are data of the stored widget
+state (`answer`, `texts`), in the .ipynb and, in the book, in the page's embedded widget state:
+hidden from the view, not from the source. A reader who reads the JSON is not predicting.
+
+The reader types a number as they like: "11,592", "11 592" (thousands), "0,27" (a decimal
+comma), "3/11" (a fraction), "1.2e4"; the answer typed as the widget shows it (4 significant
+digits: 0.2727 for 3/11) counts as exactly right. A question whose answer is a fraction of 1
+says so ("(a fraction, 0 to 1)"), so that nobody answers 27 for 0.27.
 """
 
 from __future__ import annotations
@@ -126,7 +138,11 @@ def _number(value: Any) -> int | float:
 
 
 def _texts(
-    question: str, explain: str, values: Mapping[str, Any], choices: Sequence[str]
+    question: str,
+    explain: str,
+    values: Mapping[str, Any],
+    choices: Sequence[str],
+    unit: str = "",
 ) -> dict[str, dict[str, Any]]:
     """Every word the widget shows, in English and in Chinese (a text without a translation
     stays English in both)."""
@@ -138,6 +154,7 @@ def _texts(
             "question": word(question).format(**values),
             "explain": word(explain).format(**values),
             "choices": [word(c) for c in choices],
+            "unit": word(unit) if unit else "",
             "labels": {k: word(v) for k, v in LABELS.items()},
         }
     return out
@@ -223,7 +240,7 @@ def predict(
 ) -> Prediction:
     """A prediction widget: `question`, `answer` computed from the run (a number; or, with
     `choices`, the right one of them), its `unit`, and `explain`, shown after the commit.
-    `question`, `explain` and each choice are English msgids of locale/zh/predict.po; the
+    `question`, `explain`, `unit` and each choice are English msgids of locale/zh/predict.po; the
     question's and the explanation's {fields} are filled from `values`."""
     values = dict(values or {})
     choices = list(choices or [])
@@ -237,7 +254,7 @@ def predict(
         answer = choices.index(answer)
     else:
         answer = _number(answer)
-    texts = _texts(question, explain, values, choices)  # a field without a value fails here
+    texts = _texts(question, explain, values, choices, unit)  # a field without a value fails
     data = {
         "question": texts["en"]["question"],
         "answer": answer,
